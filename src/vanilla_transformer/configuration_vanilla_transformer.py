@@ -1,0 +1,125 @@
+"""Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
+
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+
+# Table 3 of the paper: the "base" and "big" rows (P_drop 0.3 is the En-De big model), plus a tiny size for tests.
+PRESETS = {
+    "base": dict(d_model=512, layers=6, heads=8, ffn_dim=2048, dropout=0.1),
+    "big": dict(d_model=1024, layers=6, heads=16, ffn_dim=4096, dropout=0.3),
+    "tiny": dict(d_model=32, layers=2, heads=4, ffn_dim=64, dropout=0.1, vocab_size=128),
+}
+
+
+@strict
+class VanillaTransformerConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`]. The defaults are
+    the paper's base model (section 3, Table 3): N = 6, d_model = 512, h = 8, d_ff = 2048, P_drop = 0.1, ReLU, one
+    embedding matrix shared by source, target and the pre-softmax projection, scaled by sqrt(d_model), sinusoidal
+    positions, post-LayerNorm sub-layers. Field names follow Marian and BART so generic tooling works.
+
+    position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
+        `"sinusoidal"` (section 3.5, any length) or `"learned"` (Table 3 row E, at most `max_position_embeddings`).
+    max_position_embeddings (`int`, *optional*, defaults to 1024):
+        Length of the learned position table; unused with sinusoidal positions.
+    normalize_before (`bool`, *optional*, defaults to `False`):
+        `False` is the paper's post-norm `LayerNorm(x + Sublayer(x))`. `True` is the pre-norm variant of
+        tensor2tensor, `x + Sublayer(LayerNorm(x))`, which adds a final LayerNorm to each stack.
+    init_std (`float`, *optional*, defaults to `None`):
+        Standard deviation of the embedding initialisation; `None` means `d_model ** -0.5`.
+
+    Example:
+
+    ```python
+    >>> from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    >>> config = VanillaTransformerConfig.from_preset("base", vocab_size=37000)
+    >>> model = VanillaTransformerForConditionalGeneration(config)
+    ```"""
+
+    model_type = "vanilla_transformer"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    activation_function: str = "relu"
+    scale_embedding: bool = True
+    position_embedding_type: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_position_embeddings: int = 1024
+    normalize_before: bool = False
+    init_std: float | None = None
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 1
+    is_encoder_decoder: bool = True
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self._check_values()
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":
+        """The config of a named size: `"base"` or `"big"` (Table 3), or `"tiny"` for tests; `overrides` win."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        size = dict(PRESETS[name])
+        layers, heads, ffn_dim = size.pop("layers"), size.pop("heads"), size.pop("ffn_dim")
+        fields = dict(
+            encoder_layers=layers,
+            decoder_layers=layers,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=ffn_dim,
+            decoder_ffn_dim=ffn_dim,
+            **size,
+        )
+        return cls(**{**fields, **overrides})
+
+    def _check_values(self):
+        # Raised from __post_init__ as plain ValueErrors naming the field (strict's validate_* hooks would wrap them).
+        sizes = ["vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                 "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"]
+        for name in sizes:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}.")
+        for name in ["encoder_attention_heads", "decoder_attention_heads"]:
+            if self.d_model % getattr(self, name) != 0:
+                raise ValueError(
+                    f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)}): "
+                    "each head gets d_k = d_model / h dimensions (section 3.2.2)."
+                )
+        for name in ["dropout", "attention_dropout", "activation_dropout"]:
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+        if self.init_std is not None and self.init_std <= 0:
+            raise ValueError(f"`init_std` must be positive or None, got {self.init_std}.")
+        for name in ["pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"]:
+            ids = getattr(self, name)
+            for token_id in ids if isinstance(ids, list) else [ids]:
+                if token_id is not None and not 0 <= token_id < self.vocab_size:
+                    raise ValueError(
+                        f"`{name}` ({token_id}) must be a token id in the vocabulary [0, {self.vocab_size})."
+                    )
+
+
+__all__ = ["VanillaTransformerConfig"]

@@ -1,0 +1,37 @@
+import pytest
+import torch
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+
+@pytest.fixture
+def tiny_config():
+    """The shared tiny configuration: d_model 32, 2+2 layers, 4 heads, d_ff 64, vocab 128, no dropout."""
+    return VanillaTransformerConfig.from_preset("tiny", dropout=0.0)
+
+
+@pytest.fixture
+def tiny_model(tiny_config):
+    torch.manual_seed(0)
+    return VanillaTransformerForConditionalGeneration(tiny_config).eval()
+
+
+@pytest.fixture
+def batch():
+    """Two source sentences (the second padded after 4 tokens) and two target prefixes (the second after 3)."""
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(4, 128, (2, 7), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 4:] = 0
+    input_ids[1, 4:] = 0
+    decoder_input_ids = torch.randint(4, 128, (2, 6), generator=generator)
+    decoder_input_ids[:, 0] = 1
+    decoder_attention_mask = torch.ones_like(decoder_input_ids)
+    decoder_attention_mask[1, 3:] = 0
+    decoder_input_ids[1, 3:] = 0
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )

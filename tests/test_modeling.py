@@ -1,0 +1,364 @@
+"""Behaviour of the model as a Hugging Face model: masking, caching, attention backends, outputs, loss, saving,
+loading, Auto classes, remote code and clear errors. Formula-level fidelity lives in test_fidelity.py."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+)
+
+
+def build(config, attn_implementation="sdpa", seed=0):
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    return VanillaTransformerForConditionalGeneration(config).eval()
+
+
+def shared_storage(model):
+    return {
+        model.model.shared.weight.data_ptr(),
+        model.model.encoder.embed_tokens.weight.data_ptr(),
+        model.model.decoder.embed_tokens.weight.data_ptr(),
+        model.lm_head.weight.data_ptr(),
+    }
+
+
+# --- Masking ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_changing_decoder_token_t_never_changes_earlier_logits(tiny_config, batch, attn_implementation):
+    model = build(tiny_config, attn_implementation)
+    inputs = {k: v[:1] for k, v in batch.items()}
+    with torch.no_grad():
+        reference = model(**inputs).logits
+        for t in range(1, inputs["decoder_input_ids"].shape[1]):
+            changed = inputs["decoder_input_ids"].clone()
+            changed[0, t] = 4 + (changed[0, t] + 1) % 124
+            logits = model(**{**inputs, "decoder_input_ids": changed}).logits
+            torch.testing.assert_close(logits[:, :t], reference[:, :t], atol=1e-6, rtol=0)
+            assert (logits[:, t] - reference[:, t]).abs().max() > 1e-4  # the change is visible from t on
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_padding_never_changes_real_token_outputs(tiny_config, attn_implementation):
+    model = build(tiny_config, attn_implementation)
+    source, target = torch.tensor([[5, 9, 17, 2]]), torch.tensor([[1, 33, 8]])
+    longer_source, longer_target = torch.randint(4, 128, (1, 9)), torch.randint(4, 128, (1, 7))
+    with torch.no_grad():
+        alone = model(input_ids=source, decoder_input_ids=target).logits
+        padded = model(
+            input_ids=torch.cat([torch.nn.functional.pad(source, (0, 5)), longer_source]),
+            attention_mask=torch.tensor([[1] * 4 + [0] * 5, [1] * 9]),
+            decoder_input_ids=torch.cat([torch.nn.functional.pad(target, (0, 4)), longer_target]),
+            decoder_attention_mask=torch.tensor([[1] * 3 + [0] * 4, [1] * 7]),
+        ).logits
+    torch.testing.assert_close(padded[:1, :3], alone, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_all_padding_rows_give_no_nan(tiny_config, batch, attn_implementation):
+    model = build(tiny_config, attn_implementation)
+    attention_mask = batch["attention_mask"].clone()
+    attention_mask[1] = 0
+    decoder_attention_mask = batch["decoder_attention_mask"].clone()
+    decoder_attention_mask[1] = 0
+    with torch.no_grad():
+        out = model(**{**batch, "attention_mask": attention_mask, "decoder_attention_mask": decoder_attention_mask})
+    assert torch.isfinite(out.logits).all()
+    assert torch.isfinite(out.encoder_last_hidden_state).all()
+
+
+# --- Incremental decoding and attention backends -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_cached_step_by_step_decoding_equals_full_forward(tiny_config, batch, attn_implementation):
+    from transformers.cache_utils import EncoderDecoderCache
+
+    model = build(tiny_config, attn_implementation)
+    targets = batch["decoder_input_ids"]
+    with torch.no_grad():
+        full = model(**batch).logits
+        encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        cache, steps = None, []
+        for t in range(targets.shape[1]):
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=targets[:, t : t + 1],
+                decoder_attention_mask=batch["decoder_attention_mask"][:, : t + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert isinstance(cache, EncoderDecoderCache)
+    assert cache.self_attention_cache.get_seq_length() == targets.shape[1]
+    assert cache.cross_attention_cache.get_seq_length() == batch["input_ids"].shape[1]  # projected once, not grown
+    real = batch["decoder_attention_mask"].bool()
+    torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], atol=1e-5, rtol=0)
+
+
+def test_cross_attention_keys_and_values_are_projected_once(tiny_config, batch):
+    model = build(tiny_config)
+    calls = []
+    for layer in model.model.decoder.layers:
+        layer.encoder_attn.k_proj.register_forward_hook(lambda *args: calls.append(1))
+    model.generate(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=5, min_new_tokens=5,
+        num_beams=1, do_sample=False,
+    )
+    assert len(calls) == tiny_config.decoder_layers
+
+
+def test_eager_and_sdpa_agree(tiny_config, batch):
+    eager = build(tiny_config, "eager")
+    sdpa = build(tiny_config, "sdpa")
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(**batch).logits, eager(**batch).logits, atol=1e-5, rtol=0)
+
+
+def test_attn_implementation_is_chosen_at_load_time(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path)
+    for implementation in ["eager", "sdpa"]:
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation=implementation)
+        assert loaded.config._attn_implementation == implementation
+
+
+# --- Outputs, loss, training plumbing ----------------------------------------------------------------------------
+
+
+def test_output_attentions_and_hidden_states_shapes(tiny_config, batch):
+    model = build(tiny_config, "eager")
+    out = model(**batch, output_attentions=True, output_hidden_states=True)
+    batch_size, source_len = batch["input_ids"].shape
+    target_len = batch["decoder_input_ids"].shape[1]
+    heads, layers = tiny_config.encoder_attention_heads, tiny_config.encoder_layers
+    assert len(out.encoder_hidden_states) == len(out.decoder_hidden_states) == layers + 1
+    assert [a.shape for a in out.encoder_attentions] == [(batch_size, heads, source_len, source_len)] * layers
+    assert [a.shape for a in out.decoder_attentions] == [(batch_size, heads, target_len, target_len)] * layers
+    assert [a.shape for a in out.cross_attentions] == [(batch_size, heads, target_len, source_len)] * layers
+    torch.testing.assert_close(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
+    # Each attention row is a distribution that gives no weight to padding or to the future.
+    torch.testing.assert_close(out.cross_attentions[0].sum(-1), torch.ones(batch_size, heads, target_len))
+    assert out.cross_attentions[0][1, :, :, 4:].abs().max() == 0
+    assert torch.triu(out.decoder_attentions[0][0], diagonal=1).abs().max() == 0
+
+
+def test_return_dict_false_gives_a_tuple(tiny_model, batch):
+    out = tiny_model(**batch, return_dict=False)
+    assert isinstance(out, tuple)
+    torch.testing.assert_close(out[0], tiny_model(**batch).logits)
+
+
+def test_labels_give_cross_entropy_ignoring_minus_100_and_shifted_decoder_inputs(tiny_model):
+    labels = torch.tensor([[7, 8, 9, 2], [10, 2, -100, -100]])
+    out = tiny_model(input_ids=torch.tensor([[5, 6, 2], [7, 2, 0]]), labels=labels)
+    expected_decoder_inputs = torch.tensor([[1, 7, 8, 9], [1, 10, 2, 0]])  # start token, then labels[:-1]; -100 -> pad
+    torch.testing.assert_close(tiny_model.prepare_decoder_input_ids_from_labels(labels), expected_decoder_inputs)
+    explicit = tiny_model(
+        input_ids=torch.tensor([[5, 6, 2], [7, 2, 0]]), decoder_input_ids=expected_decoder_inputs
+    ).logits
+    torch.testing.assert_close(out.logits, explicit)
+    log_probs = explicit.log_softmax(-1)
+    kept = labels != -100
+    expected_loss = -log_probs[kept].gather(-1, labels[kept].unsqueeze(-1)).mean()
+    torch.testing.assert_close(out.loss, expected_loss)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_config, batch):
+    labels = batch["decoder_input_ids"].masked_fill(batch["decoder_attention_mask"] == 0, -100)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": labels}
+    gradients = []
+    for checkpointing in [False, True]:
+        model = build(tiny_config).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert model.is_activation_checkpointing
+        model(**inputs).loss.backward()
+        gradients.append({name: p.grad.clone() for name, p in model.named_parameters()})
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], gradient, msg=name)
+
+
+def test_dropout_is_active_in_training_only():
+    config = VanillaTransformerConfig.from_preset("tiny")  # P_drop = 0.1
+    model = build(config).train()
+    inputs = dict(input_ids=torch.tensor([[5, 6, 7, 2]]), decoder_input_ids=torch.tensor([[1, 9, 10]]))
+    assert not torch.equal(model(**inputs).logits, model(**inputs).logits)
+    model.eval()
+    assert torch.equal(model(**inputs).logits, model(**inputs).logits)
+
+
+def test_generate_greedy_and_beam(tiny_model, batch):
+    for num_beams in [1, 4]:
+        generated = tiny_model.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
+            max_new_tokens=6,
+        )
+        assert generated.shape[0] == 2 and generated.shape[1] <= 7
+        assert (generated[:, 0] == tiny_model.config.decoder_start_token_id).all()
+
+
+# --- Saving, loading, tying, Auto classes, remote code -----------------------------------------------------------
+
+
+def test_save_and_load_round_trip_keeps_outputs_and_one_tied_matrix(tiny_model, batch, tmp_path):
+    from safetensors import safe_open
+
+    tiny_model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert not (tmp_path / "pytorch_model.bin").exists()
+    with safe_open(tmp_path / "model.safetensors", "pt") as checkpoint:
+        keys = set(checkpoint.keys())
+    assert [k for k in keys if "embed" in k or "shared" in k or "lm_head" in k] == ["model.shared.weight"]
+    assert not any("embed_positions" in k for k in keys)  # sinusoids are computed, not stored
+
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is VanillaTransformerForConditionalGeneration
+    assert len(shared_storage(loaded)) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, tiny_model(**batch).logits, atol=0, rtol=0)
+
+
+def test_resize_token_embeddings_keeps_the_three_way_tie(tiny_model, batch, tmp_path):
+    tiny_model.resize_token_embeddings(140)
+    assert tiny_model.config.vocab_size == 140
+    assert tiny_model.lm_head.weight.shape == (140, 32)
+    assert len(shared_storage(tiny_model)) == 1
+    logits = tiny_model(**batch).logits
+    assert logits.shape[-1] == 140
+    tiny_model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert len(shared_storage(loaded)) == 1
+    torch.testing.assert_close(loaded.eval()(**batch).logits, logits)
+
+
+def test_auto_classes_know_the_model(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path)
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert type(config) is VanillaTransformerConfig
+    assert type(AutoModel.from_pretrained(tmp_path)) is VanillaTransformerModel
+    assert type(AutoModelForSeq2SeqLM.from_config(config)) is VanillaTransformerForConditionalGeneration
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "vanilla_transformer"
+    assert saved["auto_map"] == {
+        "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
+        "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
+    }
+    assert (tmp_path / "modeling_vanilla_transformer.py").exists()
+    assert (tmp_path / "configuration_vanilla_transformer.py").exists()
+
+
+def test_bfloat16_loading(tiny_model, batch, tmp_path):
+    tiny_model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert loaded.dtype == torch.bfloat16
+    with torch.no_grad():
+        logits = loaded(**batch).logits
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.float(), tiny_model(**batch).logits, atol=0.1, rtol=0.05)
+
+
+def test_trust_remote_code_loads_where_the_package_is_not_importable(tiny_model, batch, tmp_path):
+    model_dir = tmp_path / "model"
+    tiny_model.save_pretrained(model_dir)
+    expected = tiny_model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                   max_new_tokens=5, num_beams=1)
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, sys
+        class HidePackage(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "vanilla_transformer":
+                    raise ModuleNotFoundError(name)
+        sys.meta_path.insert(0, HidePackage())
+        try:
+            import vanilla_transformer
+            raise SystemExit("the package is still importable")
+        except ModuleNotFoundError:
+            pass
+        import torch
+        from transformers import AutoConfig, AutoModelForSeq2SeqLM
+        config = AutoConfig.from_pretrained({str(model_dir)!r}, trust_remote_code=True)
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(model_dir)!r}, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        out = model.generate(input_ids=torch.tensor({batch["input_ids"].tolist()}),
+                             attention_mask=torch.tensor({batch["attention_mask"].tolist()}),
+                             max_new_tokens=5, num_beams=1)
+        print(out.tolist())
+        """
+    )
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected.tolist()
+
+
+# --- Clear errors ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(d_model=30, encoder_attention_heads=4), "d_model"),
+        (dict(decoder_attention_heads=5), "decoder_attention_heads"),
+        (dict(encoder_layers=0), "encoder_layers"),
+        (dict(decoder_ffn_dim=-1), "decoder_ffn_dim"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(attention_dropout=-0.1), "attention_dropout"),
+        (dict(pad_token_id=128), "pad_token_id"),
+        (dict(eos_token_id=-1), "eos_token_id"),
+        (dict(decoder_start_token_id=500), "decoder_start_token_id"),
+    ],
+)
+def test_invalid_config_values_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        VanillaTransformerConfig.from_preset("tiny", **overrides)
+
+
+def test_unknown_preset_is_refused():
+    with pytest.raises(ValueError, match="huge"):
+        VanillaTransformerConfig.from_preset("huge")
+
+
+def test_presets_are_the_papers_table_3_rows():
+    base, big = VanillaTransformerConfig.from_preset("base"), VanillaTransformerConfig.from_preset("big")
+    assert (base.d_model, base.encoder_layers, base.encoder_ffn_dim, base.encoder_attention_heads, base.dropout) == (
+        512, 6, 2048, 8, 0.1)
+    assert (big.d_model, big.decoder_layers, big.decoder_ffn_dim, big.decoder_attention_heads, big.dropout) == (
+        1024, 6, 4096, 16, 0.3)
+    assert VanillaTransformerConfig() == base  # the defaults are the base model
+    assert (base.hidden_size, base.num_attention_heads, base.num_hidden_layers) == (512, 8, 6)
+
+
+@pytest.mark.parametrize("bad_id", [128, 1000, -3])
+def test_out_of_vocabulary_ids_name_the_id_and_vocab_size(tiny_model, bad_id):
+    with pytest.raises(ValueError, match=rf"{bad_id}.*128"):
+        tiny_model(input_ids=torch.tensor([[5, bad_id, 2]]), decoder_input_ids=torch.tensor([[1, 5]]))
+    with pytest.raises(ValueError, match=rf"decoder_input_ids.*{bad_id}"):
+        tiny_model(input_ids=torch.tensor([[5, 6, 2]]), decoder_input_ids=torch.tensor([[1, bad_id]]))
+
+
+def test_empty_input_is_refused_clearly(tiny_model):
+    with pytest.raises(ValueError, match="empty"):
+        tiny_model(input_ids=torch.zeros(1, 0, dtype=torch.long), decoder_input_ids=torch.tensor([[1]]))
+
+
+def test_learned_positions_refuse_inputs_longer_than_their_table():
+    config = VanillaTransformerConfig.from_preset("tiny", position_embedding_type="learned", max_position_embeddings=8)
+    model = build(config)
+    with pytest.raises(ValueError, match="max_position_embeddings=8"):
+        model(input_ids=torch.randint(4, 128, (1, 9)), decoder_input_ids=torch.tensor([[1]]))
