@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	$(PY) examples/quickstart.py
+	$(VENV)/bin/vanilla-transformer train
 
 test: install
 	$(PY) -m pytest -q

@@ -1,0 +1,276 @@
+"""`vanilla-transformer train`: train (or fine-tune) a translation model with the paper's recipe on Seq2SeqTrainer.
+
+With no data arguments it trains on the English -> French number-words corpus the package generates
+(`number_words.py`), so the main job runs offline. Every `Seq2SeqTrainingArguments` flag works as usual
+(`--bf16`, `--gradient_accumulation_steps`, `--report_to`, ...), and so do `accelerate launch` and `torchrun`.
+"""
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+
+from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .data import filter_long_pairs, load_parallel_corpus
+from .metrics import load_bleu
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .number_words import number_words_corpus
+from .tokenization import train_tokenizer
+from .training import TokenBatchSeq2SeqTrainer, paper_learning_rate, tokenize_pairs, translation_metrics
+
+
+logger = logging.getLogger(__name__)
+
+DEMO_OUTPUT_DIR = "outputs/number-words-en-fr"
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "A saved model folder to fine-tune; its tokenizer and config are reused."}
+    )
+    preset: str = field(default="base", metadata={"help": f"Size of a new model: one of {sorted(PRESETS)}."})
+    d_model: int | None = field(default=None, metadata={"help": "Override the preset's d_model."})
+    layers: int | None = field(default=None, metadata={"help": "Override the preset's N (encoder and decoder)."})
+    heads: int | None = field(default=None, metadata={"help": "Override the preset's h."})
+    ffn_dim: int | None = field(default=None, metadata={"help": "Override the preset's d_ff."})
+    dropout: float | None = field(default=None, metadata={"help": "Override the preset's P_drop."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "A saved tokenizer folder to use."})
+    vocab_size: int = field(default=37000, metadata={"help": "Size of the shared BPE vocabulary to train."})
+
+
+@dataclass
+class DataArguments:
+    source_lang: str = field(default="en")
+    target_lang: str = field(default="fr")
+    source_file: str | None = field(default=None, metadata={"help": "Training sources, one a line (.gz ok)."})
+    target_file: str | None = field(default=None, metadata={"help": "Training targets, aligned with sources."})
+    train_file: str | None = field(default=None, metadata={"help": "Training pairs as .tsv or .jsonl(.gz)."})
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset, e.g. wmt14."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. de-en."})
+    validation_source_file: str | None = None
+    validation_target_file: str | None = None
+    validation_file: str | None = None
+    test_source_file: str | None = field(default=None, metadata={"help": "Held-out sources, translated at the end."})
+    test_target_file: str | None = None
+    test_file: str | None = None
+    max_source_length: int = field(default=256, metadata={"help": "Longer pairs are dropped (and counted)."})
+    max_target_length: int = field(default=256)
+    max_tokens: int | None = field(
+        default=4096, metadata={"help": "Tokens per training batch (section 5.1); 0 batches by sentences."}
+    )
+    max_eval_samples: int | None = field(default=None)
+    demo_train_size: int = field(default=20000, metadata={"help": "Number-words demo: training pairs."})
+
+
+@dataclass
+class RecipeArguments:
+    lr_scale: float = field(
+        default=1.0, metadata={"help": "Multiplies the section 5.3 rate d_model^-0.5 * min(...). Ignored when "
+                                       "--learning_rate is given."}
+    )
+
+
+# The paper's recipe (sections 5.3-5.4) as defaults for the Trainer's own flags; --learning_rate 0 means
+# "use d_model^-0.5 * warmup^-0.5 * lr_scale", the peak of the section 5.3 schedule.
+PAPER_DEFAULTS = dict(
+    learning_rate=0.0,
+    lr_scheduler_type="inverse_sqrt",
+    warmup_steps=4000,
+    adam_beta1=0.9,
+    adam_beta2=0.98,
+    adam_epsilon=1e-9,
+    weight_decay=0.0,
+    max_grad_norm=0.0,
+    label_smoothing_factor=0.1,
+    predict_with_generate=True,
+    generation_num_beams=4,
+    report_to=["tensorboard"],
+    eval_strategy="no",
+    save_strategy="steps",
+    save_steps=1000,
+    logging_steps=50,
+    ddp_find_unused_parameters=False,  # every parameter takes part in every step
+)
+
+
+def parse_arguments(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments))
+    parser.set_defaults(**PAPER_DEFAULTS, output_dir=None)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
+    model_args, data_args, recipe_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    is_demo = not (data_args.source_file or data_args.train_file or data_args.dataset_name)
+    if training_args.output_dir is None:
+        if not is_demo:
+            parser.error("--output_dir is required when training on your own data.")
+        training_args.output_dir = DEMO_OUTPUT_DIR
+    return model_args, data_args, recipe_args, training_args, is_demo
+
+
+def load_data(data_args: DataArguments, is_demo: bool, seed: int):
+    """The `train` split and optional `validation` / `test` splits, as `translation` pair datasets."""
+    if is_demo:
+        return dict(number_words_corpus(data_args.target_lang, train_size=data_args.demo_train_size, seed=seed))
+    splits = {
+        "train": load_parallel_corpus(
+            source_file=data_args.source_file,
+            target_file=data_args.target_file,
+            train_file=data_args.train_file,
+            dataset_name=data_args.dataset_name,
+            dataset_config_name=data_args.dataset_config_name,
+            source_lang=data_args.source_lang,
+            target_lang=data_args.target_lang,
+        )
+    }
+    if data_args.validation_source_file or data_args.validation_file:
+        splits["validation"] = load_parallel_corpus(
+            source_file=data_args.validation_source_file,
+            target_file=data_args.validation_target_file,
+            train_file=data_args.validation_file,
+            source_lang=data_args.source_lang,
+            target_lang=data_args.target_lang,
+        )
+    if data_args.test_source_file or data_args.test_file:
+        splits["test"] = load_parallel_corpus(
+            source_file=data_args.test_source_file,
+            target_file=data_args.test_target_file,
+            train_file=data_args.test_file,
+            source_lang=data_args.source_lang,
+            target_lang=data_args.target_lang,
+        )
+    return splits
+
+
+def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training_args):
+    source = model_args.model_name_or_path or model_args.tokenizer_name
+    if source:
+        return AutoTokenizer.from_pretrained(source)
+    tokenizer_dir = Path(training_args.output_dir) / "tokenizer"
+    # One process trains the shared vocabulary on both sides of the training data; the others load it.
+    with training_args.main_process_first(desc="training the tokenizer"):
+        if training_args.process_index == 0:
+            texts = (pair[lang] for pair in train_pairs["translation"]
+                     for lang in (data_args.source_lang, data_args.target_lang))
+            train_tokenizer(texts, vocab_size=model_args.vocab_size).save_pretrained(tokenizer_dir)
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+def build_model(model_args: ModelArguments, tokenizer):
+    if model_args.model_name_or_path:
+        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+    sizes = {
+        name: value
+        for name, value in dict(d_model=model_args.d_model, dropout=model_args.dropout).items()
+        if value is not None
+    }
+    if model_args.layers is not None:
+        sizes.update(encoder_layers=model_args.layers, decoder_layers=model_args.layers)
+    if model_args.heads is not None:
+        sizes.update(encoder_attention_heads=model_args.heads, decoder_attention_heads=model_args.heads)
+    if model_args.ffn_dim is not None:
+        sizes.update(encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim)
+    config = VanillaTransformerConfig.from_preset(
+        model_args.preset,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        **sizes,
+    )
+    model = VanillaTransformerForConditionalGeneration(config)
+    # Section 6.1 decoding as the saved default: beam 4, length penalty 0.6, stop when all beams are done.
+    model.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True, max_length=256)
+    return model
+
+
+def main(argv: list[str] | None = None):
+    model_args, data_args, recipe_args, training_args, is_demo = parse_arguments(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    set_seed(training_args.seed)
+
+    splits = load_data(data_args, is_demo, training_args.seed)
+    tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
+    model = build_model(model_args, tokenizer)
+    if not training_args.learning_rate:
+        training_args.learning_rate = paper_learning_rate(
+            model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
+        )
+    logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
+
+    tokenize = tokenize_pairs(tokenizer, data_args.source_lang, data_args.target_lang)
+    with training_args.main_process_first(desc="tokenizing"):
+        tokenized = {
+            name: split.map(tokenize, batched=True, remove_columns=split.column_names, desc=f"tokenizing {name}")
+            for name, split in splits.items()
+        }
+    tokenized["train"] = filter_long_pairs(tokenized["train"], data_args.max_source_length, data_args.max_target_length)
+
+    eval_dataset = tokenized.get("validation")
+    if eval_dataset is not None and data_args.max_eval_samples:
+        eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=eval_dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=translation_metrics(tokenizer),
+        max_tokens=data_args.max_tokens or None,
+    )
+    if training_args.do_train or is_demo or not training_args.do_eval:
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model()  # model, tokenizer and generation config in output_dir
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_metrics("train", result.metrics)
+        trainer.save_state()
+
+    if "test" in tokenized:
+        report_test_results(trainer, splits["test"], tokenized["test"], data_args, tokenizer)
+    elif eval_dataset is not None:
+        metrics = trainer.evaluate(metric_key_prefix="eval")
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    return trainer
+
+
+def report_test_results(trainer, pairs, tokenized, data_args, tokenizer):
+    """Translate the held-out split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
+    signature) and chrF on the detokenized text."""
+    output = trainer.predict(tokenized, metric_key_prefix="test")
+    predictions = np.where(output.predictions < 0, tokenizer.pad_token_id, output.predictions)
+    hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+    references = [pair[data_args.target_lang] for pair in pairs["translation"]]
+    bleu = load_bleu().compute(predictions=hypotheses, references=[[r] for r in references])
+    metrics = dict(output.metrics)
+    metrics["test_exact_match"] = 100.0 * float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+    if trainer.is_world_process_zero():
+        print(f"\nSample translations ({data_args.source_lang} -> {data_args.target_lang}) of held-out data:")
+        for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:8]:
+            mark = "ok " if hypothesis == pair[data_args.target_lang] else "ERR"
+            print(f"  {mark} {pair[data_args.source_lang]}\n      -> {hypothesis}\n  (ref) {pair[data_args.target_lang]}")
+        print(f"\nHeld-out ({len(references)} pairs, beam {trainer.args.generation_num_beams}): "
+              f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
+              f"chrF {metrics['test_chrf']:.2f}\nsacreBLEU signature: {bleu['signature']}")
+        print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
+    trainer.log_metrics("test", metrics)
+    trainer.save_metrics("test", metrics)
+    return metrics
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,122 @@
+"""The paper's training recipe (sections 5.1-5.4) as ready Hugging Face Trainer pieces.
+
+- `paper_training_arguments`: Adam(0.9, 0.98, 1e-9), the section 5.3 learning rate, label smoothing 0.1.
+- `TokenBatchSeq2SeqTrainer`: a `Seq2SeqTrainer` whose training batches hold ~`max_tokens` tokens of similar
+  length (section 5.1) instead of a fixed number of sentences.
+- `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
+"""
+
+import numpy as np
+from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers.trainer_utils import seed_worker
+
+from .batching import TokenBatchSampler
+from .metrics import load_bleu, load_chrf
+
+
+def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """Peak factor of section 5.3. transformers' `inverse_sqrt` schedule multiplies it by
+    min(step / warmup, sqrt(warmup / step)), which gives exactly
+    lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
+    return scale * (d_model * warmup_steps) ** -0.5
+
+
+def paper_training_arguments(
+    output_dir: str, d_model: int, warmup_steps: int = 4000, lr_scale: float = 1.0, **overrides
+) -> Seq2SeqTrainingArguments:
+    """`Seq2SeqTrainingArguments` with the recipe of sections 5.3-5.4; any other Trainer argument in `overrides`.
+
+    Residual dropout (P_drop = 0.1) lives in the model config. The paper clips no gradients, so neither do we
+    (`max_grad_norm=0`); Adam has no weight decay.
+    """
+    recipe = dict(
+        learning_rate=paper_learning_rate(d_model, warmup_steps, lr_scale),
+        lr_scheduler_type="inverse_sqrt",
+        warmup_steps=warmup_steps,
+        optim="adamw_torch",
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-9,
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        label_smoothing_factor=0.1,
+        predict_with_generate=True,
+    )
+    return Seq2SeqTrainingArguments(output_dir=output_dir, **{**recipe, **overrides})
+
+
+class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with the batching of section 5.1: each training batch holds about `max_tokens` source and
+    target tokens (padding included) of pairs of similar length, reshuffled every epoch. Under several processes
+    every process builds the same batch list and accelerate deals the batches out, so each process trains on a
+    disjoint share and every pair is seen once per epoch. With `max_tokens=None` it batches like `Seq2SeqTrainer`."""
+
+    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_tokens = max_tokens
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.max_tokens is None:
+            return super().get_train_dataloader()
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        # Same batches on every process; a multiple of processes x accumulation steps, so no batch is repeated to
+        # even out the last optimizer step.
+        sampler = TokenBatchSampler.from_dataset(
+            dataset,
+            self.max_tokens,
+            seed=self.args.seed,
+            num_replicas=self.args.world_size * self.args.gradient_accumulation_steps,
+        )
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and self.args.device.type != "cpu",
+            worker_init_fn=seed_worker,
+        )
+        return self.accelerator.prepare(loader)
+
+
+def tokenize_pairs(tokenizer, source_lang: str, target_lang: str):
+    """A `datasets.map(batched=True)` function: `translation` pairs -> `input_ids`, `attention_mask`, `labels`
+    (each ending in `</s>`). Nothing is truncated here: `data.filter_long_pairs` drops over-long pairs and logs
+    how many."""
+
+    def tokenize(batch):
+        sources = [pair[source_lang] for pair in batch["translation"]]
+        targets = [pair[target_lang] for pair in batch["translation"]]
+        return tokenizer(sources, text_target=targets)
+
+    return tokenize
+
+
+def translation_metrics(tokenizer):
+    """`compute_metrics` for `predict_with_generate`: sacreBLEU and chrF on detokenized text, computed with the
+    metric modules shipped in the package (no download)."""
+    bleu, chrf = load_bleu(), load_chrf()
+
+    def compute_metrics(eval_prediction):
+        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
+        labels = np.where(labels < 0, tokenizer.pad_token_id, labels)
+        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        bleu_result = bleu.compute(predictions=hypotheses, references=[[r] for r in references])
+        chrf_result = chrf.compute(predictions=hypotheses, references=[[r] for r in references])
+        lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
+        return {"bleu": bleu_result["score"], "chrf": chrf_result["score"], "gen_len": float(np.mean(lengths))}
+
+    return compute_metrics
+
+
+__all__ = [
+    "TokenBatchSeq2SeqTrainer",
+    "paper_learning_rate",
+    "paper_training_arguments",
+    "tokenize_pairs",
+    "translation_metrics",
+]

@@ -1,0 +1,216 @@
+"""Section 5.1 token batching: token budget counted on padded tensors, coverage, per-epoch shuffling, length grouping,
+and the distributed contract with accelerate's `BatchSamplerShard` (every pair once per epoch across processes)."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from accelerate.data_loader import BatchSamplerShard, prepare_data_loader
+from datasets import Dataset
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
+
+from vanilla_transformer.batching import TokenBatchSampler
+
+
+def multi30k_like_lengths(num_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Source lengths around 12 tokens (2 to 40) and target lengths correlated with them, as in Multi30k En-De."""
+    rng = np.random.default_rng(seed)
+    source = np.clip(rng.normal(12, 4.5, num_pairs).round(), 2, 40).astype(int)
+    target = np.clip((source * rng.normal(0.95, 0.15, num_pairs)).round(), 2, 40).astype(int)
+    return source, target
+
+
+def padded_tokens(batch, source, target, pad_to_multiple_of=1):
+    """Tokens in the larger of the batch's two padded tensors, what `max_tokens` bounds."""
+    longest = max(source[batch].max(), target[batch].max())
+    return len(batch) * -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+
+
+def padding_fraction(batches, source, target):
+    """Share of pad positions in all source and target tensors."""
+    real = sum(source[batch].sum() + target[batch].sum() for batch in batches)
+    total = sum(len(batch) * (source[batch].max() + target[batch].max()) for batch in batches)
+    return 1 - real / total
+
+
+def assert_each_index_once(batches, num_pairs):
+    indices = [index for batch in batches for index in batch]
+    assert sorted(indices) == list(range(num_pairs))
+
+
+# --- The token budget and coverage ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_tokens, pad_to_multiple_of", [(400, None), (1000, None), (1000, 8)])
+def test_batches_fit_the_budget_counted_with_padding(max_tokens, pad_to_multiple_of):
+    source, target = multi30k_like_lengths(2001)
+    sampler = TokenBatchSampler(source, target, max_tokens, pad_to_multiple_of=pad_to_multiple_of)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        tokens = [padded_tokens(batch, source, target, pad_to_multiple_of or 1) for batch in batches]
+        assert max(tokens) <= max_tokens
+        assert_each_index_once(batches, len(source))
+        assert len(batches) == len(sampler)
+    # The budget is used: on average batches are nearly full.
+    assert np.mean(tokens) > 0.8 * max_tokens
+
+
+def test_a_pair_longer_than_the_budget_is_a_lone_batch_reported_once(caplog):
+    source, target = multi30k_like_lengths(300)
+    source[17], target[42] = 500, 300
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.batching"):
+        sampler = TokenBatchSampler(source, target, max_tokens=256)
+        batches = list(sampler)
+        sampler.set_epoch(1)
+        batches += list(sampler)
+    assert [17] in batches and [42] in batches
+    assert all(padded_tokens(b, source, target) <= 256 for b in batches if b not in ([17], [42]))
+    assert len(caplog.records) == 1
+    assert "index 17 (source 500, target" in caplog.text and "index 42 (source" in caplog.text
+
+
+def test_len_matches_iteration_in_every_epoch():
+    for num_pairs, max_tokens, num_replicas in [(1, 64, 1), (7, 64, 2), (999, 300, 3), (1000, 2000, 4), (513, 90, 8)]:
+        source, target = multi30k_like_lengths(num_pairs, seed=num_pairs)
+        sampler = TokenBatchSampler(source, target, max_tokens, num_replicas=num_replicas)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            assert len(list(sampler)) == len(sampler)
+        assert len(sampler) % num_replicas == 0
+
+
+# --- Shuffling -----------------------------------------------------------------------------------------------------
+
+
+def test_epochs_differ_and_seed_plus_epoch_reproduces():
+    source, target = multi30k_like_lengths(1001)
+
+    def batches(seed, epoch):
+        sampler = TokenBatchSampler(source, target, 500, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert batches(0, 1) == batches(0, 1)
+    assert batches(0, 1) != batches(0, 2)
+    assert batches(0, 1) != batches(1, 1)
+    # Not only the order of batches changes: pairs of equal lengths also meet different neighbours.
+    as_sets = lambda batches: {frozenset(batch) for batch in batches}  # noqa: E731
+    assert as_sets(batches(0, 1)) != as_sets(batches(0, 2))
+    # And the order of the batches is shuffled, not left in length order.
+    shortest_sources = lambda batches: [min(source[batch]) for batch in batches]  # noqa: E731
+    assert shortest_sources(batches(0, 1)) != sorted(shortest_sources(batches(0, 1)))
+    assert shortest_sources(batches(0, 1)) != shortest_sources(batches(0, 2))
+
+
+def test_without_shuffle_batches_come_in_length_order():
+    source, target = multi30k_like_lengths(500)
+    sampler = TokenBatchSampler(source, target, 400, shuffle=False)
+    first = list(sampler)
+    sampler.set_epoch(5)
+    assert list(sampler) == first
+    flat = [index for batch in first for index in batch]
+    assert flat == sorted(flat, key=lambda i: (source[i], target[i], i))
+
+
+# --- Grouping by length ---------------------------------------------------------------------------------------------
+
+
+def test_batches_are_length_homogeneous():
+    source, target = multi30k_like_lengths(20000)
+    batches = list(TokenBatchSampler(source, target, max_tokens=4096))
+    permutation = np.random.default_rng(0).permutation(len(source))
+    random_batches = np.array_split(permutation, len(batches))  # same number, hence same average size
+    grouped, random = padding_fraction(batches, source, target), padding_fraction(random_batches, source, target)
+    assert grouped < 0.1 and grouped < random / 4, (grouped, random)
+
+
+# --- Distributed: one global batch stream, sharded by accelerate -----------------------------------------------------
+
+
+@pytest.mark.parametrize("num_pairs", [3, 4, 101, 777])
+@pytest.mark.parametrize("num_processes", [2, 3])
+def test_batch_sampler_shard_splits_every_epoch_exactly(num_pairs, num_processes):
+    source, target = multi30k_like_lengths(num_pairs, seed=num_pairs)
+    # Each process builds its own sampler from the same lengths and seed, as in a real launch.
+    samplers = [
+        TokenBatchSampler(source, target, max_tokens=150, seed=3, num_replicas=num_processes)
+        for _ in range(num_processes)
+    ]
+    for epoch in range(4):
+        shards = []
+        for rank, sampler in enumerate(samplers):
+            sampler.set_epoch(epoch)
+            shard = BatchSamplerShard(sampler, num_processes=num_processes, process_index=rank)  # even_batches=True
+            shards.append(list(shard))
+            assert len(shards[rank]) == len(shard) == len(sampler) // num_processes
+            assert list(sampler.shard(rank)) == shards[rank]
+        index_sets = [{index for batch in shard for index in batch} for shard in shards]
+        assert sum(len(s) for s in index_sets) == num_pairs  # disjoint ...
+        assert set().union(*index_sets) == set(range(num_pairs))  # ... and complete
+        assert_each_index_once([batch for shard in shards for batch in shard], num_pairs)
+
+
+def test_accelerate_prepared_dataloaders_see_every_pair_once():
+    source, target = multi30k_like_lengths(333)
+    seen = []
+    for rank in range(2):
+        sampler = TokenBatchSampler(source, target, 200, num_replicas=2)
+        sampler.set_epoch(1)
+        loader = DataLoader(range(len(source)), batch_sampler=sampler, collate_fn=list)
+        loader = prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False)
+        seen.extend(index for batch in loader for index in batch)
+    assert sorted(seen) == list(range(len(source)))
+
+
+def test_impossible_even_split_is_an_error():
+    # Three pairs, each alone over budget: three single-pair batches cannot be shared evenly by two processes.
+    with pytest.raises(ValueError, match="evenly among 2 processes"):
+        TokenBatchSampler([50, 50, 50], [50, 50, 50], max_tokens=64, num_replicas=2)
+
+
+# --- With a tokenized dataset and the Hugging Face collator ----------------------------------------------------------
+
+
+def tiny_tokenizer(words):
+    vocab = {"<pad>": 0, "<unk>": 1, "</s>": 2, **{word: i + 3 for i, word in enumerate(sorted(set(words)))}}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
+
+
+def test_dataloader_with_seq2seq_collator_end_to_end():
+    source_lengths, target_lengths = multi30k_like_lengths(200)
+    sources = [" ".join(f"s{j}" for j in range(n)) for n in source_lengths]
+    targets = [" ".join(f"t{j}" for j in range(n)) for n in target_lengths]
+    tokenizer = tiny_tokenizer(" ".join(sources + targets).split())
+    tokenized = Dataset.from_dict(
+        {
+            "input_ids": tokenizer(sources)["input_ids"],
+            "attention_mask": tokenizer(sources)["attention_mask"],
+            "labels": tokenizer(text_target=targets)["input_ids"],
+        }
+    ).select(range(199, -1, -1))  # an indices mapping, as after shuffling or filtering
+
+    sampler = TokenBatchSampler.from_dataset(tokenized, max_tokens=256)
+    loader = DataLoader(tokenized, batch_sampler=sampler, collate_fn=DataCollatorForSeq2Seq(tokenizer))
+    batches = list(loader)
+    assert len(batches) == len(sampler)
+    assert sum(len(batch["input_ids"]) for batch in batches) == len(tokenized)
+    for batch in batches:
+        assert batch["input_ids"].dtype == torch.long
+        assert len(batch["input_ids"]) * max(batch["input_ids"].shape[1], batch["labels"].shape[1]) <= 256
+        assert ((batch["input_ids"] == 0) == (batch["attention_mask"] == 0)).all()  # pad id 0
+    assert any((batch["labels"] == -100).any() for batch in batches)  # labels padded for the loss
+
+
+def test_rejects_inconsistent_lengths():
+    with pytest.raises(ValueError, match="equal size"):
+        TokenBatchSampler([1, 2], [1], max_tokens=10)
+    with pytest.raises(ValueError, match="at least one"):
+        TokenBatchSampler([], [], max_tokens=10)

@@ -1,0 +1,234 @@
+"""The training recipe on Seq2SeqTrainer: schedule, token batches, the demo corpus, fine-tuning with plain
+transformers pieces, resuming, the command line, and two-process DDP equal to one process."""
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.number_words import number_words_corpus
+from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.training import (
+    TokenBatchSeq2SeqTrainer,
+    paper_learning_rate,
+    paper_training_arguments,
+    tokenize_pairs,
+)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return number_words_corpus("fr", train_size=600, validation_size=50, test_size=50, max_digits=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(corpus, tmp_path_factory):
+    texts = (text for pair in corpus["train"]["translation"] for text in pair.values())
+    folder = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(texts, vocab_size=300, show_progress=False).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_dir):
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def tokenized(corpus, tokenizer):
+    tokenize = tokenize_pairs(tokenizer, "en", "fr")
+    return {name: split.map(tokenize, batched=True, remove_columns=split.column_names) for name, split in corpus.items()}
+
+
+def small_model(tokenizer, seed=0, **overrides):
+    torch.manual_seed(seed)
+    config = VanillaTransformerConfig.from_preset(
+        "tiny", vocab_size=len(tokenizer), d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, **overrides
+    )
+    return VanillaTransformerForConditionalGeneration(config)
+
+
+def section_5_3_rate(step, d_model, warmup):
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+# --- The recipe --------------------------------------------------------------------------------------------------
+
+
+def test_learning_rate_follows_section_5_3_at_1_warmup_and_4_warmup(tmp_path):
+    d_model, warmup = 512, 4000
+    args = paper_training_arguments(str(tmp_path), d_model=d_model, warmup_steps=warmup, report_to=[])
+    model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_preset("tiny", d_model=512, encoder_attention_heads=8, decoder_attention_heads=8))
+    trainer = Seq2SeqTrainer(model=model, args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=20 * warmup)
+    scheduler, optimizer = trainer.lr_scheduler, trainer.optimizer
+    for step in [1, warmup, 4 * warmup]:
+        learning_rate = args.learning_rate * scheduler.lr_lambdas[0](step)  # the rate after `step` scheduler steps
+        assert math.isclose(learning_rate, section_5_3_rate(step, d_model, warmup), rel_tol=1e-9), step
+    assert math.isclose(paper_learning_rate(d_model, warmup, scale=2.0), 2 * (d_model * warmup) ** -0.5)
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9 and group["weight_decay"] == 0.0
+    assert trainer.label_smoother.epsilon == 0.1
+    assert args.max_grad_norm == 0.0  # the paper clips no gradients
+
+
+def test_trainer_batches_hold_at_most_max_tokens(tokenizer, tokenized, tmp_path):
+    model = small_model(tokenizer)
+    args = paper_training_arguments(str(tmp_path), d_model=64, warmup_steps=10, report_to=[])
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model, args=args, train_dataset=tokenized["train"], max_tokens=512,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+    )
+    seen = 0
+    for batch in trainer.get_train_dataloader():
+        rows = batch["input_ids"].shape[0]
+        assert rows * max(batch["input_ids"].shape[1], batch["labels"].shape[1]) <= 512
+        seen += rows
+    assert seen == len(tokenized["train"])
+
+
+# --- Training on the generated corpus, fine-tuning with plain transformers ---------------------------------------
+
+
+def test_demo_corpus_holds_out_numbers_never_seen_in_training(corpus):
+    train, test = set(corpus["train"]["number"]), set(corpus["test"]["number"])
+    assert not train & test and len(test) == 50
+    pair = corpus["train"][0]["translation"]
+    assert set(pair) == {"en", "fr"}
+
+
+def test_demo_corpus_trains_the_model_clearly_better_than_chance(tokenizer, tokenized, tmp_path):
+    model = small_model(tokenizer, dropout=0.0)
+    args = paper_training_arguments(
+        str(tmp_path), d_model=64, warmup_steps=30, lr_scale=0.25, max_steps=120, report_to=[],
+        save_strategy="no", disable_tqdm=True, per_device_eval_batch_size=64, predict_with_generate=False,
+    )
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model, args=args, train_dataset=tokenized["train"], eval_dataset=tokenized["test"], max_tokens=1024,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+    )
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    chance = math.log(len(tokenizer))  # cross-entropy of a uniform guess
+    assert before > 0.8 * chance
+    assert after < 0.5 * chance, (before, after, chance)
+
+
+def test_fine_tuning_a_saved_model_with_a_plain_seq2seq_trainer(tokenizer, tokenized, tmp_path):
+    small_model(tokenizer).save_pretrained(tmp_path / "pretrained")
+    tokenizer.save_pretrained(tmp_path / "pretrained")
+
+    # What a user writes with transformers alone: no package-specific glue.
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "pretrained")
+    user_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "pretrained")
+    new_pairs = tokenized["validation"]
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / "finetuned"), learning_rate=3e-3, max_steps=40, per_device_train_batch_size=16,
+        per_device_eval_batch_size=16, report_to=[], save_strategy="no", disable_tqdm=True,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model, args=args, train_dataset=new_pairs, eval_dataset=new_pairs,
+        data_collator=DataCollatorForSeq2Seq(user_tokenizer, model=model), processing_class=user_tokenizer,
+    )
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    assert after < before - 0.5, (before, after)
+
+    trainer.save_model()
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "finetuned")
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor, msg=name)
+    assert AutoTokenizer.from_pretrained(tmp_path / "finetuned").get_vocab() == user_tokenizer.get_vocab()
+
+
+# --- The command line: resume, DDP -------------------------------------------------------------------------------
+
+
+def write_tsv(corpus, path):
+    lines = [f"{pair['en']}\t{pair['fr']}" for pair in corpus["train"]["translation"]]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def train_command(tmp_path, corpus, tokenizer_dir, output_dir, *extra):
+    return [
+        "train", "--train_file", str(write_tsv(corpus, tmp_path / "pairs.tsv")), "--source_lang", "en",
+        "--target_lang", "fr", "--tokenizer_name", str(tokenizer_dir), "--preset", "tiny", "--dropout", "0.1",
+        "--max_tokens", "256", "--warmup_steps", "4", "--output_dir", str(output_dir), "--report_to", "none",
+        "--disable_tqdm", "true", "--logging_steps", "1", "--seed", "3", *extra,
+    ]
+
+
+def final_weights(folder):
+    return load_file(Path(folder) / "model.safetensors")
+
+
+def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, tokenizer_dir, tmp_path):
+    from vanilla_transformer.cli import main
+
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "straight", "--max_steps", "6",
+                       "--save_strategy", "no"))
+    # The same run stopped after step 3, its checkpoint holding optimizer, scheduler and RNG states ...
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "interrupted", "--max_steps", "3",
+                       "--save_steps", "3"))
+    # ... and resumed from it. The section 5.3 schedule does not depend on the total number of steps.
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "interrupted", "--max_steps", "6",
+                       "--save_strategy", "no", "--resume_from_checkpoint",
+                       str(tmp_path / "interrupted" / "checkpoint-3")))
+    straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "interrupted")
+    for name, tensor in straight.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpus, tokenizer_dir, tmp_path):
+    """torchrun --nproc_per_node 2 (gloo on CPU): each process takes every other token batch. One process with 2
+    accumulation steps sees the same global batches, and the Trainer normalises both by the global token count."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    common = ["--max_steps", "4", "--save_strategy", "no", "--dropout", "0.0"]
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "vanilla_transformer.cli",
+           *train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "ddp", *common)]
+    result = subprocess.run(ddp, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    from vanilla_transformer.cli import main
+
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "single", *common,
+                       "--gradient_accumulation_steps", "2"))
+    state = json.loads((tmp_path / "ddp" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    ddp_weights, single_weights = final_weights(tmp_path / "ddp"), final_weights(tmp_path / "single")
+    for name, tensor in single_weights.items():
+        if name.endswith("k_proj.bias"):
+            # A key bias adds q.b to every score of a row, which softmax ignores: its true gradient is zero, so
+            # Adam turns round-off (which differs between the two runs) into full-size steps. Not comparable.
+            continue
+        torch.testing.assert_close(ddp_weights[name], tensor, atol=1e-5, rtol=0, msg=name)
+    # Training moved the weights: the comparison is not between two untouched initialisations.
+    initial = small_model_like(tmp_path / "single")
+    assert all((initial[name] - tensor).abs().max() > 1e-3 for name, tensor in single_weights.items()
+               if name.endswith("q_proj.weight"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def small_model_like(folder):
+    """The initial weights of the runs above: the command seeds with --seed 3 before building the model."""
+    torch.manual_seed(3)
+    model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_pretrained(folder))
+    return model.state_dict()
