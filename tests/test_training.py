@@ -232,3 +232,16 @@ def small_model_like(folder):
     torch.manual_seed(3)
     model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_pretrained(folder))
     return model.state_dict()
+
+
+def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
+    from vanilla_transformer.train import parse_arguments
+
+    model_args, data_args, recipe_args, args, is_demo = parse_arguments([])
+    assert is_demo and args.output_dir == "outputs/number-words-en-fr" and model_args.d_model == 128
+    assert (args.lr_scheduler_type, args.adam_beta2, args.adam_epsilon, args.label_smoothing_factor) == (
+        "inverse_sqrt", 0.98, 1e-9, 0.1)
+    _, _, _, args, is_demo = parse_arguments(["--train_file", "pairs.tsv", "--output_dir", "out", "--bf16", "false"])
+    assert not is_demo and args.warmup_steps == 4000 and args.max_steps == -1
+    with pytest.raises(SystemExit):  # own data needs an explicit output folder
+        parse_arguments(["--train_file", "pairs.tsv"])

@@ -73,6 +73,7 @@ class DataArguments:
     )
     max_eval_samples: int | None = field(default=None)
     demo_train_size: int = field(default=20000, metadata={"help": "Number-words demo: training pairs."})
+    demo_max_digits: int = field(default=6, metadata={"help": "Number-words demo: numbers below 10**digits."})
 
 
 @dataclass
@@ -106,24 +107,47 @@ PAPER_DEFAULTS = dict(
 )
 
 
+# The main job (no data given): a small model sized to train on the number-words corpus in minutes on 2 CPU cores.
+DEMO_DEFAULTS = dict(
+    d_model=128,
+    layers=3,
+    heads=4,
+    ffn_dim=512,
+    vocab_size=1000,
+    max_tokens=4096,
+    warmup_steps=400,
+    max_steps=1200,
+    save_steps=400,
+    logging_steps=100,
+    output_dir=DEMO_OUTPUT_DIR,
+)
+DATA_FLAGS = ("--source_file", "--train_file", "--dataset_name")
+
+
 def parse_arguments(argv: list[str] | None = None):
+    argv = sys.argv[1:] if argv is None else argv
     parser = HfArgumentParser((ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments))
-    parser.set_defaults(**PAPER_DEFAULTS, output_dir=None)
+    parser.set_defaults(**PAPER_DEFAULTS)
+    flags = {argument.split("=")[0] for argument in argv}
+    is_demo = not flags & set(DATA_FLAGS)
+    if is_demo:
+        parser.set_defaults(**DEMO_DEFAULTS)
+    elif "--output_dir" not in flags:
+        parser.error("--output_dir is required when training on your own data.")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
     model_args, data_args, recipe_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    is_demo = not (data_args.source_file or data_args.train_file or data_args.dataset_name)
-    if training_args.output_dir is None:
-        if not is_demo:
-            parser.error("--output_dir is required when training on your own data.")
-        training_args.output_dir = DEMO_OUTPUT_DIR
     return model_args, data_args, recipe_args, training_args, is_demo
 
 
 def load_data(data_args: DataArguments, is_demo: bool, seed: int):
     """The `train` split and optional `validation` / `test` splits, as `translation` pair datasets."""
     if is_demo:
-        return dict(number_words_corpus(data_args.target_lang, train_size=data_args.demo_train_size, seed=seed))
+        return dict(
+            number_words_corpus(
+                data_args.target_lang, data_args.demo_train_size, max_digits=data_args.demo_max_digits, seed=seed
+            )
+        )
     splits = {
         "train": load_parallel_corpus(
             source_file=data_args.source_file,
@@ -232,12 +256,11 @@ def main(argv: list[str] | None = None):
         compute_metrics=translation_metrics(tokenizer),
         max_tokens=data_args.max_tokens or None,
     )
-    if training_args.do_train or is_demo or not training_args.do_eval:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        trainer.save_model()  # model, tokenizer and generation config in output_dir
-        trainer.log_metrics("train", result.metrics)
-        trainer.save_metrics("train", result.metrics)
-        trainer.save_state()
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()  # model, tokenizer and generation config in output_dir
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
 
     if "test" in tokenized:
         report_test_results(trainer, splits["test"], tokenized["test"], data_args, tokenizer)
