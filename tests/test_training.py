@@ -245,3 +245,20 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
     assert not is_demo and args.warmup_steps == 4000 and args.max_steps == -1
     with pytest.raises(SystemExit):  # own data needs an explicit output folder
         parse_arguments(["--train_file", "pairs.tsv"])
+
+
+def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
+    from vanilla_transformer.train import load_data, parse_arguments
+
+    pairs = write_tsv(corpus, tmp_path / "pairs.tsv")
+    sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
+    sources.write_text("one\ntwo\n", encoding="utf-8")
+    targets.write_text("un\ndeux\n", encoding="utf-8")
+    _, data_args, _, args, is_demo = parse_arguments([
+        "--train_file", str(pairs), "--validation_file", str(pairs), "--test_source_file", str(sources),
+        "--test_target_file", str(targets), "--target_lang", "fr", "--output_dir", str(tmp_path / "out"),
+    ])
+    splits = load_data(data_args, is_demo, args.seed)
+    assert sorted(splits) == ["test", "train", "validation"]
+    assert len(splits["train"]) == len(splits["validation"]) == 600
+    assert splits["test"]["translation"] == [{"en": "one", "fr": "un"}, {"en": "two", "fr": "deux"}]

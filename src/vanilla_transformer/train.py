@@ -28,7 +28,13 @@ from .metrics import load_bleu
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .number_words import number_words_corpus
 from .tokenization import train_tokenizer
-from .training import TokenBatchSeq2SeqTrainer, paper_learning_rate, tokenize_pairs, translation_metrics
+from .training import (
+    PAPER_RECIPE,
+    TokenBatchSeq2SeqTrainer,
+    paper_learning_rate,
+    tokenize_pairs,
+    translation_metrics,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -87,16 +93,8 @@ class RecipeArguments:
 # The paper's recipe (sections 5.3-5.4) as defaults for the Trainer's own flags; --learning_rate 0 means
 # "use d_model^-0.5 * warmup^-0.5 * lr_scale", the peak of the section 5.3 schedule.
 PAPER_DEFAULTS = dict(
+    PAPER_RECIPE,
     learning_rate=0.0,
-    lr_scheduler_type="inverse_sqrt",
-    warmup_steps=4000,
-    adam_beta1=0.9,
-    adam_beta2=0.98,
-    adam_epsilon=1e-9,
-    weight_decay=0.0,
-    max_grad_norm=0.0,
-    label_smoothing_factor=0.1,
-    predict_with_generate=True,
     generation_num_beams=4,
     report_to=["tensorboard"],
     eval_strategy="no",
@@ -148,6 +146,7 @@ def load_data(data_args: DataArguments, is_demo: bool, seed: int):
                 data_args.target_lang, data_args.demo_train_size, max_digits=data_args.demo_max_digits, seed=seed
             )
         )
+    languages = dict(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
     splits = {
         "train": load_parallel_corpus(
             source_file=data_args.source_file,
@@ -155,26 +154,17 @@ def load_data(data_args: DataArguments, is_demo: bool, seed: int):
             train_file=data_args.train_file,
             dataset_name=data_args.dataset_name,
             dataset_config_name=data_args.dataset_config_name,
-            source_lang=data_args.source_lang,
-            target_lang=data_args.target_lang,
+            **languages,
         )
     }
-    if data_args.validation_source_file or data_args.validation_file:
-        splits["validation"] = load_parallel_corpus(
-            source_file=data_args.validation_source_file,
-            target_file=data_args.validation_target_file,
-            train_file=data_args.validation_file,
-            source_lang=data_args.source_lang,
-            target_lang=data_args.target_lang,
+    for split in ["validation", "test"]:
+        source_file, target_file, pairs_file = (
+            getattr(data_args, f"{split}_{kind}") for kind in ("source_file", "target_file", "file")
         )
-    if data_args.test_source_file or data_args.test_file:
-        splits["test"] = load_parallel_corpus(
-            source_file=data_args.test_source_file,
-            target_file=data_args.test_target_file,
-            train_file=data_args.test_file,
-            source_lang=data_args.source_lang,
-            target_lang=data_args.target_lang,
-        )
+        if source_file or pairs_file:
+            splits[split] = load_parallel_corpus(
+                source_file=source_file, target_file=target_file, train_file=pairs_file, **languages
+            )
     return splits
 
 

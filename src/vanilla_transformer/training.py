@@ -22,27 +22,28 @@ def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> 
     return scale * (d_model * warmup_steps) ** -0.5
 
 
+# Sections 5.3-5.4 as `Seq2SeqTrainingArguments` fields. Residual dropout (P_drop = 0.1) lives in the model config.
+# The paper clips no gradients (`max_grad_norm=0`) and Adam has no weight decay.
+PAPER_RECIPE = dict(
+    lr_scheduler_type="inverse_sqrt",
+    warmup_steps=4000,
+    optim="adamw_torch",
+    adam_beta1=0.9,
+    adam_beta2=0.98,
+    adam_epsilon=1e-9,
+    weight_decay=0.0,
+    max_grad_norm=0.0,
+    label_smoothing_factor=0.1,
+    predict_with_generate=True,
+)
+
+
 def paper_training_arguments(
     output_dir: str, d_model: int, warmup_steps: int = 4000, lr_scale: float = 1.0, **overrides
 ) -> Seq2SeqTrainingArguments:
-    """`Seq2SeqTrainingArguments` with the recipe of sections 5.3-5.4; any other Trainer argument in `overrides`.
-
-    Residual dropout (P_drop = 0.1) lives in the model config. The paper clips no gradients, so neither do we
-    (`max_grad_norm=0`); Adam has no weight decay.
-    """
-    recipe = dict(
-        learning_rate=paper_learning_rate(d_model, warmup_steps, lr_scale),
-        lr_scheduler_type="inverse_sqrt",
-        warmup_steps=warmup_steps,
-        optim="adamw_torch",
-        adam_beta1=0.9,
-        adam_beta2=0.98,
-        adam_epsilon=1e-9,
-        weight_decay=0.0,
-        max_grad_norm=0.0,
-        label_smoothing_factor=0.1,
-        predict_with_generate=True,
-    )
+    """`Seq2SeqTrainingArguments` with the recipe of sections 5.3-5.4; any other Trainer argument in `overrides`."""
+    learning_rate = paper_learning_rate(d_model, warmup_steps, lr_scale)
+    recipe = dict(PAPER_RECIPE, warmup_steps=warmup_steps, learning_rate=learning_rate)
     return Seq2SeqTrainingArguments(output_dir=output_dir, **{**recipe, **overrides})
 
 
@@ -114,6 +115,7 @@ def translation_metrics(tokenizer):
 
 
 __all__ = [
+    "PAPER_RECIPE",
     "TokenBatchSeq2SeqTrainer",
     "paper_learning_rate",
     "paper_training_arguments",
