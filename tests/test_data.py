@@ -173,8 +173,8 @@ def test_load_parallel_corpus_dispatches_on_its_arguments(tmp_path, monkeypatch)
     monkeypatch.setattr(data.datasets, "load_dataset", lambda name, config, split: local_wmt_like())
 
     assert pairs(load_parallel_corpus("en", "de", source_file=source, target_file=target)) == expected
-    assert pairs(load_parallel_corpus("en", "de", train_file=tsv)) == expected
-    assert pairs(load_parallel_corpus("en", "de", train_file=jsonl)) == expected
+    assert pairs(load_parallel_corpus("en", "de", pairs_file=tsv)) == expected
+    assert pairs(load_parallel_corpus("en", "de", pairs_file=jsonl)) == expected
     assert pairs(load_parallel_corpus("en", "de", dataset_name="wmt14", dataset_config_name="de-en")) == [
         ("en sentence", "de sentence")
     ]
@@ -184,9 +184,9 @@ def test_load_parallel_corpus_dispatches_on_its_arguments(tmp_path, monkeypatch)
     "kwargs, message",
     [
         ({}, "exactly one of"),
-        ({"train_file": "a.tsv", "dataset_name": "wmt14"}, "exactly one of"),
+        ({"pairs_file": "a.tsv", "dataset_name": "wmt14"}, "exactly one of"),
         ({"source_file": "a.en"}, "go together"),
-        ({"train_file": "train.csv"}, r"train\.csv: expected a \.tsv or \.jsonl"),
+        ({"pairs_file": "train.csv"}, r"train\.csv: expected a \.tsv or \.jsonl"),
     ],
 )
 def test_load_parallel_corpus_rejects_unclear_requests(kwargs, message):

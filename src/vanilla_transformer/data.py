@@ -99,29 +99,28 @@ def load_parallel_corpus(
     *,
     source_file: PathLike | None = None,
     target_file: PathLike | None = None,
-    train_file: PathLike | None = None,
+    pairs_file: PathLike | None = None,
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     split: str = "train",
 ) -> Dataset:
-    """One split of a corpus from exactly one of: `source_file` + `target_file`, a `train_file` ending in `.tsv` or
-    `.jsonl` (either optionally `.gz`), or a Hub `dataset_name` (with `dataset_config_name` and `split`).
-    `train_file` is named after the training command's option but loads any split, validation files included."""
-    given = [source_file is not None or target_file is not None, train_file is not None, dataset_name is not None]
+    """One split of a corpus from exactly one of: `source_file` + `target_file`, a `pairs_file` ending in `.tsv` or
+    `.jsonl` (either optionally `.gz`), or a Hub `dataset_name` (with `dataset_config_name` and `split`)."""
+    given = [source_file is not None or target_file is not None, pairs_file is not None, dataset_name is not None]
     if sum(given) != 1:
-        raise ValueError("give exactly one of source_file + target_file, train_file or dataset_name")
+        raise ValueError("give exactly one of source_file + target_file, pairs_file or dataset_name")
     if given[0]:
         if source_file is None or target_file is None:
             raise ValueError("source_file and target_file go together")
         return load_parallel_files(source_file, target_file, source_lang, target_lang)
     if dataset_name is not None:
         return load_hub_dataset(dataset_name, dataset_config_name, split, source_lang, target_lang)
-    suffix = str(train_file).removesuffix(".gz")
+    suffix = str(pairs_file).removesuffix(".gz")
     if suffix.endswith(".tsv"):
-        return load_tsv(train_file, source_lang, target_lang)
+        return load_tsv(pairs_file, source_lang, target_lang)
     if suffix.endswith(".jsonl"):
-        return load_jsonl(train_file, source_lang, target_lang)
-    raise ValueError(f"{train_file}: expected a .tsv or .jsonl file (optionally .gz)")
+        return load_jsonl(pairs_file, source_lang, target_lang)
+    raise ValueError(f"{pairs_file}: expected a .tsv or .jsonl file (optionally .gz)")
 
 
 def filter_long_pairs(

@@ -151,7 +151,7 @@ def load_data(data_args: DataArguments, is_demo: bool, seed: int):
         "train": load_parallel_corpus(
             source_file=data_args.source_file,
             target_file=data_args.target_file,
-            train_file=data_args.train_file,
+            pairs_file=data_args.train_file,
             dataset_name=data_args.dataset_name,
             dataset_config_name=data_args.dataset_config_name,
             **languages,
@@ -163,7 +163,7 @@ def load_data(data_args: DataArguments, is_demo: bool, seed: int):
         )
         if source_file or pairs_file:
             splits[split] = load_parallel_corpus(
-                source_file=source_file, target_file=target_file, train_file=pairs_file, **languages
+                source_file=source_file, target_file=target_file, pairs_file=pairs_file, **languages
             )
     return splits
 
