@@ -3,6 +3,7 @@
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .pipeline_vanilla_transformer import TranslationPipeline, register_pipelines
 from .modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
@@ -19,10 +20,14 @@ AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForCo
 VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+# transformers 5 dropped the translation pipelines; this brings back "translation", "translation_xx_to_yy" (for
+# models whose config names the pair) and "text2text-generation" for every sequence-to-sequence model.
+register_pipelines()
 
 __all__ = [
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "TranslationPipeline",
 ]

@@ -31,6 +31,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         tensor2tensor, `x + Sublayer(LayerNorm(x))`, which adds a final LayerNorm to each stack.
     init_std (`float`, *optional*, defaults to `None`):
         Standard deviation of the embedding initialisation; `None` means `d_model ** -0.5`.
+    source_lang, target_lang (`str`, *optional*):
+        Language codes of the translation direction (e.g. `"en"`, `"de"`), for `pipeline("translation_en_to_de")`
+        and the model card.
 
     Example:
 
@@ -65,6 +68,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     normalize_before: bool = False
     init_std: float | None = None
+    source_lang: str | None = None
+    target_lang: str | None = None
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
@@ -74,8 +79,20 @@ class VanillaTransformerConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
+        # Where the package is imported its pipelines are registered with transformers, and a saved folder's
+        # `custom_pipelines` (for loading without the package, see `to_dict`) must not send `pipeline()` to remote code.
+        custom_pipelines = kwargs.pop("custom_pipelines", None)
+        if custom_pipelines and not pipelines_registered(self.source_lang, self.target_lang):
+            kwargs["custom_pipelines"] = custom_pipelines
         super().__post_init__(**kwargs)
         self._check_values()
+
+    def to_dict(self):
+        # config.json lists the translation pipelines, so `pipeline("translation", model=DIR, trust_remote_code=True)`
+        # works without the package: they live in pipeline_vanilla_transformer.py, saved next to this file.
+        output = super().to_dict()
+        output["custom_pipelines"] = hub_pipeline_tasks(self.source_lang, self.target_lang)
+        return output
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":
@@ -120,6 +137,28 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     raise ValueError(
                         f"`{name}` ({token_id}) must be a token id in the vocabulary [0, {self.vocab_size})."
                     )
+
+
+def hub_pipeline_tasks(source_lang: str | None, target_lang: str | None) -> dict:
+    from .pipeline_vanilla_transformer import PIPELINE_TASKS, language_pair_task
+
+    tasks = dict(PIPELINE_TASKS)
+    if pair_task := language_pair_task(source_lang, target_lang):
+        tasks[pair_task] = PIPELINE_TASKS["translation"]
+    return {
+        task: {"impl": f"pipeline_vanilla_transformer.{pipeline_class.__name__}", "pt": ["AutoModelForSeq2SeqLM"]}
+        for task, pipeline_class in tasks.items()
+    }
+
+
+def pipelines_registered(source_lang: str | None, target_lang: str | None) -> bool:
+    """Whether `vanilla_transformer` registered its pipelines with transformers (then also the language pair's)."""
+    from .pipeline_vanilla_transformer import register_language_pair, registered
+
+    if registered():
+        register_language_pair(source_lang, target_lang)
+        return True
+    return False
 
 
 __all__ = ["VanillaTransformerConfig"]

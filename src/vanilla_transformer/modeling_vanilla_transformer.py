@@ -13,7 +13,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessorList
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -30,6 +30,13 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .generation_vanilla_transformer import (
+    LENGTH_PENALTY_TYPES,
+    PAPER_DECODING,
+    GNMTLengthPenaltyLogitsProcessor,
+    MaxLengthOverSourceLogitsProcessor,
+    source_lengths,
+)
 
 
 # --- 3.5 Positional encoding -------------------------------------------------------------------------------------
@@ -309,6 +316,24 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flex_attn = True
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = True, **kwargs):
+        """transformers' `from_pretrained`, but weights load from safetensors only: a pickle checkpoint
+        (`pytorch_model.bin`) can run arbitrary code when unpickled, so it needs an explicit `use_safetensors=False`."""
+        try:
+            return super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, use_safetensors=use_safetensors, **kwargs
+            )
+        except OSError as error:
+            if use_safetensors is not True or "safetensors" not in str(error):
+                raise
+            raise OSError(
+                f"{pretrained_model_name_or_path} has no safetensors weights (model.safetensors). vanilla-transformer "
+                "refuses pickle checkpoints such as pytorch_model.bin by default, because unpickling can run arbitrary "
+                "code. If you trust the source, pass use_safetensors=False to load it, then save_pretrained() it to "
+                "get safetensors."
+            ) from error
+
     @torch.no_grad()
     def _init_weights(self, module):
         # Xavier-uniform projections, zero biases (tensor2tensor and fairseq, which trained this post-norm model):
@@ -541,6 +566,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.model = VanillaTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
+        # Section 6.1 decoding is the default of every model (a saved generation_config.json replaces it on load).
+        for name, value in PAPER_DECODING.items():
+            setattr(self.generation_config, name, value)
+        self.generation_config._from_model_config = False  # else loading would drop the two settings not transformers'
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -602,6 +631,64 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        **kwargs,
+    ):
+        r"""
+        transformers' `generate()` with section 6.1's decoding, read from the generation config (or the call):
+
+        - `max_length_over_source` (default 50): when the call sets neither `max_length` nor `max_new_tokens`, each
+          sentence's output ends at the latest after its source length + 50 tokens. `None` turns it off.
+        - `length_penalty_type` (default `"gnmt"`): for beam search, `"gnmt"` ranks finished hypotheses by
+          `log P(Y|X) / ((5 + |Y|) / 6) ** length_penalty` as the paper did; `"transformers"` keeps transformers'
+          `log P(Y|X) / |Y| ** length_penalty`.
+        """
+
+        def setting(name):
+            """The value `generate()` will use: the call's, else the given generation config's, else the model's."""
+            for source in (kwargs, vars(generation_config) if generation_config else {}, vars(self.generation_config)):
+                if source.get(name) is not None:
+                    return source[name]
+            return None
+
+        # Our two settings are not transformers' own: take them out of the call's kwargs.
+        length_penalty_type = kwargs.pop("length_penalty_type", None) or setting("length_penalty_type") or "transformers"
+        if length_penalty_type not in LENGTH_PENALTY_TYPES:
+            raise ValueError(f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, got {length_penalty_type!r}")
+        max_length_over_source = kwargs.pop("max_length_over_source", setting("max_length_over_source"))
+        processors = LogitsProcessorList(logits_processor or [])
+        eos_token_id = setting("eos_token_id")
+        eos_token_id = eos_token_id[0] if isinstance(eos_token_id, list) else eos_token_id
+
+        call_sets_length = any(kwargs.get(name) is not None for name in ("max_length", "max_new_tokens")) or (
+            generation_config is not None
+            and (generation_config.max_length is not None or generation_config.max_new_tokens is not None)
+        )
+        if max_length_over_source is not None and not call_sets_length:
+            lengths = source_lengths(
+                kwargs.get("input_ids", inputs),
+                kwargs.get("attention_mask"),
+                kwargs.get("inputs_embeds"),
+                kwargs.get("encoder_outputs"),
+                self.config.pad_token_id,
+            )
+            max_lengths = lengths + max_length_over_source
+            processors.append(MaxLengthOverSourceLogitsProcessor(max_lengths, eos_token_id))
+            kwargs.update(max_new_tokens=int(max_lengths.max()), max_length=None)
+
+        num_beams = setting("num_beams") or 1
+        if length_penalty_type == "gnmt" and num_beams > 1:
+            alpha = setting("length_penalty")
+            processors.append(GNMTLengthPenaltyLogitsProcessor(1.0 if alpha is None else alpha, eos_token_id, num_beams))
+            kwargs["length_penalty"] = 0.0
+
+        return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
 
 
 __all__ = [

@@ -182,7 +182,7 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
-def build_model(model_args: ModelArguments, tokenizer):
+def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
     if model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
     sizes = {
@@ -203,12 +203,12 @@ def build_model(model_args: ModelArguments, tokenizer):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
+        source_lang=data_args.source_lang,
+        target_lang=data_args.target_lang,
         **sizes,
     )
-    model = VanillaTransformerForConditionalGeneration(config)
-    # Section 6.1 decoding as the saved default: beam 4, length penalty 0.6, stop when all beams are done.
-    model.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True, max_length=256)
-    return model
+    # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
+    return VanillaTransformerForConditionalGeneration(config)
 
 
 def main(argv: list[str] | None = None):
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None):
 
     splits = load_data(data_args, is_demo, training_args.seed)
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
-    model = build_model(model_args, tokenizer)
+    model = build_model(model_args, data_args, tokenizer)
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(
             model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale

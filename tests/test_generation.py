@@ -1,0 +1,195 @@
+"""generate(): every decoding mode, the cache, and section 6.1's decoding (beam 4, GNMT length penalty 0.6,
+maximum output length source + 50), checked against brute force and against single-sentence decoding."""
+
+import itertools
+
+import pytest
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.generation_vanilla_transformer import (
+    MaxLengthOverSourceLogitsProcessor,
+    gnmt_length_penalty,
+)
+
+EOS = 2
+
+
+class DiscourageEOS(LogitsProcessor):
+    """Makes </s> very unlikely but not impossible, so only a length limit ends a sentence."""
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:, EOS] = -1e4
+        return scores
+
+
+def generated_lengths(sequences):
+    """Generated tokens per row up to and including the first </s> (the decoder start token excluded)."""
+    generated = sequences[:, 1:]
+    is_eos = generated == EOS
+    return torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, generated.shape[1])
+
+
+def strip(sequence):
+    """A generated row without its padding after </s>."""
+    tokens = sequence.tolist()
+    return tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens
+
+
+def test_saved_generation_config_is_the_papers_decoding(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).generation_config
+    assert (loaded.num_beams, loaded.length_penalty, loaded.early_stopping) == (4, 0.6, True)
+    assert (loaded.length_penalty_type, loaded.max_length_over_source) == ("gnmt", 50)
+    assert loaded.max_length is None and loaded.max_new_tokens is None
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_default_maximum_length_is_source_length_plus_50(tiny_model, batch, num_beams):
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    out = tiny_model.generate(**inputs, num_beams=num_beams, logits_processor=LogitsProcessorList([DiscourageEOS()]))
+    source_lengths = batch["attention_mask"].sum(1)  # 7 and 4 tokens
+    assert generated_lengths(out).tolist() == (source_lengths + 50).tolist()
+    assert (out[:, 1:].gather(1, (source_lengths + 49)[:, None]) == EOS).all()
+
+
+def test_a_length_set_in_the_call_replaces_source_plus_50(tiny_model, batch):
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    out = tiny_model.generate(**inputs, max_new_tokens=9, logits_processor=[DiscourageEOS()])
+    assert out.shape[1] == 1 + 9
+    off = tiny_model.generate(**inputs, max_length_over_source=None, max_new_tokens=12, logits_processor=[DiscourageEOS()])
+    assert off.shape[1] == 1 + 12
+
+
+@pytest.mark.parametrize(
+    "decoding",
+    [dict(num_beams=1), dict(num_beams=4), dict(num_beams=4, length_penalty_type="transformers"), dict(num_beams=3)],
+)
+def test_batched_generation_equals_generating_each_sentence_alone(tiny_model, decoding):
+    generator = torch.Generator().manual_seed(3)
+    lengths = [9, 3, 6, 1]
+    input_ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        input_ids[row, :length] = torch.randint(4, 128, (length,), generator=generator)
+        attention_mask[row, :length] = 1
+    batched = tiny_model.generate(input_ids=input_ids, attention_mask=attention_mask, **decoding)
+    for row, length in enumerate(lengths):
+        alone = tiny_model.generate(input_ids=input_ids[row : row + 1, :length], **decoding)
+        assert strip(batched[row]) == strip(alone[0])
+
+
+def test_decoding_modes(tiny_model, batch):
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    greedy = tiny_model.generate(**inputs, num_beams=1, max_new_tokens=8)
+    greedy_uncached = tiny_model.generate(**inputs, num_beams=1, max_new_tokens=8, use_cache=False)
+    assert torch.equal(greedy, greedy_uncached)
+    # Greedy picks the arg-max of the model's own next-token distribution at every step.
+    logits = tiny_model(**inputs, decoder_input_ids=greedy[:, :-1]).logits
+    alive = torch.ones(2, dtype=torch.bool)
+    for step in range(greedy.shape[1] - 1):
+        assert torch.equal(logits[alive, step].argmax(-1), greedy[alive, step + 1])
+        alive &= greedy[:, step + 1] != EOS
+
+    beams = tiny_model.generate(**inputs, num_return_sequences=4, return_dict_in_generate=True, output_scores=True)
+    assert beams.sequences.shape[0] == 8 and beams.sequences_scores.shape == (8,)
+    assert (beams.sequences_scores.view(2, 4).diff(dim=1) <= 1e-6).all()  # best first
+
+    torch.manual_seed(0)
+    sampled = tiny_model.generate(**inputs, do_sample=True, num_beams=1, top_k=10, num_return_sequences=3)
+    torch.manual_seed(0)
+    again = tiny_model.generate(**inputs, do_sample=True, num_beams=1, top_k=10, num_return_sequences=3)
+    assert sampled.shape[0] == 6 and torch.equal(sampled, again)
+
+    scored = tiny_model.generate(**inputs, num_beams=1, max_new_tokens=5, return_dict_in_generate=True, output_scores=True)
+    assert len(scored.scores) == scored.sequences.shape[1] - 1 and scored.scores[0].shape == (2, 128)
+
+
+def test_encoder_runs_once_and_cross_attention_projects_once(tiny_model, batch):
+    calls = {"encoder": 0, "cross_k": 0, "self_k": 0}
+
+    def count(name):
+        def hook(*_):
+            calls[name] += 1
+
+        return hook
+
+    tiny_model.model.encoder.register_forward_hook(count("encoder"))
+    tiny_model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(count("cross_k"))
+    tiny_model.model.decoder.layers[0].self_attn.k_proj.register_forward_hook(count("self_k"))
+    out = tiny_model.generate(input_ids=batch["input_ids"], num_beams=4, max_new_tokens=6, min_new_tokens=6)
+    assert out.shape[1] == 7
+    assert calls == {"encoder": 1, "cross_k": 1, "self_k": 6}
+
+
+def all_finished_hypotheses(model, input_ids, max_tokens):
+    """Brute force: every output of at most max_tokens tokens ending with </s>, with its log-probability."""
+    words = [token for token in range(model.config.vocab_size) if token != EOS]
+    hypotheses = [list(prefix) + [EOS] for n in range(max_tokens) for prefix in itertools.product(words, repeat=n)]
+    scores = []
+    for hypothesis in hypotheses:
+        decoder_input_ids = torch.tensor([[1] + hypothesis[:-1]])
+        log_probs = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits.log_softmax(-1)
+        scores.append(log_probs[0].gather(1, torch.tensor(hypothesis)[:, None]).sum().item())
+    return hypotheses, torch.tensor(scores)
+
+
+@pytest.mark.parametrize("length_penalty_type", ["gnmt", "transformers"])
+def test_length_penalty_matches_brute_force_rescoring(length_penalty_type):
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=6, dropout=0.0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    input_ids = torch.tensor([[4, 5, 5, 4, 2]])
+    max_tokens, alpha = 3, 0.6
+
+    hypotheses, log_probs = all_finished_hypotheses(model, input_ids, max_tokens)
+    lengths = torch.tensor([len(hypothesis) for hypothesis in hypotheses], dtype=torch.float)
+    penalty = gnmt_length_penalty(lengths, alpha) if length_penalty_type == "gnmt" else lengths**alpha
+    expected = (log_probs / penalty).sort(descending=True)
+
+    # A beam wider than the number of prefixes makes beam search exhaustive: it must rank like brute force.
+    out = model.generate(
+        input_ids=input_ids,
+        num_beams=32,
+        num_return_sequences=5,
+        length_penalty=alpha,
+        length_penalty_type=length_penalty_type,
+        max_new_tokens=max_tokens,
+        logits_processor=[MaxLengthOverSourceLogitsProcessor(torch.tensor([max_tokens]), EOS)],
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    assert [strip(row)[1:] for row in out.sequences] == [hypotheses[i] for i in expected.indices[:5]]
+    torch.testing.assert_close(out.sequences_scores, expected.values[:5], atol=1e-5, rtol=1e-5)
+
+
+def test_gnmt_and_transformers_penalties_pick_different_outputs_somewhere():
+    """The option is not a no-op: on a random tiny model the two penalties disagree on some sentences."""
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_preset("tiny", dropout=0.0)).eval()
+    input_ids = torch.randint(4, 128, (16, 6), generator=torch.Generator().manual_seed(0))
+    gnmt = model.generate(input_ids=input_ids, num_beams=4, length_penalty_type="gnmt")
+    theirs = model.generate(input_ids=input_ids, num_beams=4, length_penalty_type="transformers")
+    assert any(strip(a) != strip(b) for a, b in zip(gnmt, theirs))
+
+
+def test_gnmt_scores_equal_rescored_log_probabilities(tiny_model, batch):
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    out = tiny_model.generate(**inputs, max_new_tokens=10, return_dict_in_generate=True, output_scores=True)
+    for row, sequence in enumerate(out.sequences):
+        hypothesis = strip(sequence)
+        log_probs = tiny_model(
+            input_ids=inputs["input_ids"][row : row + 1],
+            attention_mask=inputs["attention_mask"][row : row + 1],
+            decoder_input_ids=torch.tensor([hypothesis[:-1]]),
+        ).logits.log_softmax(-1)
+        total = log_probs[0].gather(1, torch.tensor(hypothesis[1:])[:, None]).sum()
+        expected = total / gnmt_length_penalty(len(hypothesis) - 1, 0.6)
+        torch.testing.assert_close(out.sequences_scores[row], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_unknown_length_penalty_type_is_refused(tiny_model, batch):
+    with pytest.raises(ValueError, match="length_penalty_type"):
+        tiny_model.generate(input_ids=batch["input_ids"], length_penalty_type="fairseq")

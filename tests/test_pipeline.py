@@ -1,0 +1,81 @@
+"""pipeline("translation" | "translation_xx_to_yy" | "text2text-generation") from a saved folder, as in transformers 4."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer, pipeline
+from transformers.pipelines.pt_utils import KeyDataset
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.tokenization import train_tokenizer
+
+SENTENCES = [
+    "A man in an orange hat starring at something.",
+    "Two dogs play in the snow.",
+    "A girl is reading a book under a tree while her brother plays football nearby.",
+    "People walk.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("translation-model")
+    tokenizer = train_tokenizer(SENTENCES * 3, vocab_size=300, show_progress=False)
+    config = VanillaTransformerConfig.from_preset(
+        "tiny",
+        dropout=0.0,
+        vocab_size=len(tokenizer),
+        source_lang="en",
+        target_lang="de",
+    )
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def reference_translations(model_dir, sentences, **generate_kwargs):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
+    outputs = []
+    for sentence in sentences:
+        ids = model.generate(**tokenizer(sentence, return_tensors="pt"), **generate_kwargs)
+        outputs.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    return outputs
+
+
+@pytest.mark.parametrize("task", ["translation", "translation_en_to_de"])
+def test_translation_pipeline_from_a_folder(model_dir, task):
+    translator = pipeline(task, model=str(model_dir))
+    expected = reference_translations(model_dir, SENTENCES)
+    assert translator(SENTENCES[0]) == [{"translation_text": expected[0]}]
+    assert translator(SENTENCES) == [{"translation_text": text} for text in expected]
+    assert translator(SENTENCES, batch_size=3) == [{"translation_text": text} for text in expected]
+
+
+def test_pipeline_uses_the_saved_paper_decoding_and_takes_generation_arguments(model_dir):
+    translator = pipeline("translation", model=str(model_dir))
+    greedy = reference_translations(model_dir, SENTENCES[:2], num_beams=1, max_new_tokens=5)
+    assert translator(SENTENCES[:2], num_beams=1, max_new_tokens=5) == [{"translation_text": t} for t in greedy]
+    several = translator(SENTENCES[0], num_return_sequences=3)
+    assert len(several) == 3 and all("translation_text" in output for output in several)
+
+
+def test_text2text_generation_pipeline_and_key_dataset(model_dir):
+    datasets = pytest.importorskip("datasets")
+    generator = pipeline("text2text-generation", model=str(model_dir))
+    expected = reference_translations(model_dir, SENTENCES)
+    rows = datasets.Dataset.from_dict({"en": SENTENCES})
+    outputs = list(generator(KeyDataset(rows, "en"), batch_size=2))
+    assert outputs == [[{"generated_text": text}] for text in expected]
+
+
+def test_saved_config_lists_the_pipelines_for_loading_without_the_package(model_dir):
+    custom_pipelines = json.loads((model_dir / "config.json").read_text())["custom_pipelines"]
+    assert set(custom_pipelines) == {"translation", "translation_en_to_de", "text2text-generation"}
+    assert custom_pipelines["translation"]["impl"] == "pipeline_vanilla_transformer.TranslationPipeline"
+    assert (model_dir / "pipeline_vanilla_transformer.py").exists()
+    # In this process the package is imported: the config does not send pipeline() to remote code.
+    assert not getattr(VanillaTransformerConfig.from_pretrained(model_dir), "custom_pipelines", None)
