@@ -111,7 +111,8 @@ def embed_with_positions(stack: nn.Module, input_ids, inputs_embeds, past_len: i
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
     if inputs_embeds is None:
-        check_token_ids(input_ids, stack.embed_tokens.num_embeddings, name)
+        if past_len == 0:  # cached decoding steps feed back the model's own predictions: no host sync per step
+            check_token_ids(input_ids, stack.embed_tokens.num_embeddings, name)
         inputs_embeds = stack.embed_tokens(input_ids)
     positions = stack.embed_positions(inputs_embeds.shape[1], past_len).to(inputs_embeds.dtype)
     hidden_states = inputs_embeds * stack.embed_scale + positions
