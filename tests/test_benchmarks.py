@@ -1,0 +1,116 @@
+"""The benchmark scripts in `benchmarks/` run by hand; their `--smoke` mode runs here so that they do not rot: each
+prints a table and writes JSON with both models and their ratio. The analytic FLOP count of `train_throughput.py`
+is checked against torch's own FLOP counter."""
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from num2words import num2words
+from torch.utils.flop_counter import FlopCounterMode
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+MULTI30K = (BENCHMARKS.parent / ".." / "shared" / "data" / "multi30k").resolve()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Multi30k where this project's machine keeps it, else a stand-in of English/German number words in its layout."""
+    if all((MULTI30K / name).is_file() for name in ("train.en.gz", "train.de.gz", "val.en.gz")):
+        return MULTI30K
+    folder = tmp_path_factory.mktemp("multi30k")
+    numbers = range(1000, 3000)
+    files = {
+        "train.en.gz": [num2words(n, lang="en") for n in numbers],
+        "train.de.gz": [num2words(n, lang="de") for n in numbers],
+        "val.en.gz": [num2words(n, lang="en") for n in range(5000, 5100)],
+    }
+    for name, lines in files.items():
+        with gzip.open(folder / name, "wt", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+    return folder
+
+
+def run_smoke(script: str, data_dir: Path, tmp_path: Path) -> tuple[str, dict]:
+    json_path = tmp_path / f"{script}.json"
+    command = [sys.executable, str(BENCHMARKS / f"{script}.py"), "--smoke", "--data-dir", str(data_dir),
+               "--json", str(json_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return result.stdout, json.loads(json_path.read_text())
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The cells of the Markdown table's rows, header first, separator left out."""
+    rows = [line.strip("|").split("|") for line in markdown.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in row] for row in rows if not set("".join(row)) <= set("- ")]
+
+
+def test_generate_speed_smoke(data_dir, tmp_path):
+    stdout, report = run_smoke("generate_speed", data_dir, tmp_path)
+    header, *rows = table_rows(stdout)
+    assert header[-3:] == ["ours tok/s", "Marian tok/s", "ours/Marian"]
+    assert [(row[0], row[1]) for row in rows] == [("greedy", "1"), ("greedy", "32"), ("beam 4", "1"), ("beam 4", "32")]
+
+    settings = report["settings"]
+    # Same size: the Marian configuration really mirrors ours.
+    assert settings["trainable_parameters"]["ours"] == settings["trainable_parameters"]["marian"]
+    for result, row in zip(report["results"], rows):
+        ours, marian = result["ours"], result["marian"]
+        assert ours["median"] > 0 and marian["median"] > 0
+        assert result["ratio"] == pytest.approx(ours["median"] / marian["median"])
+        assert row[-1] == f"{result['ratio']:.2f}"
+        # min_new_tokens = max_new_tokens: both decode exactly N tokens for every sentence.
+        expected = result["sentences"] * settings["new_tokens"]
+        assert ours["generated_tokens"] == marian["generated_tokens"] == expected
+
+
+def test_train_throughput_smoke(data_dir, tmp_path):
+    stdout, report = run_smoke("train_throughput", data_dir, tmp_path)
+    header, *rows = table_rows(stdout)
+    assert header[1:4] == ["ours tok/s", "Marian tok/s", "ours/Marian"]
+    assert len(rows) == 1 and rows[0][0].startswith("tiny")
+
+    (result,) = report["results"]
+    ours, marian = result["ours"], result["marian"]
+    assert ours["trainable_parameters"] == marian["trainable_parameters"]
+    assert result["ratio"] == pytest.approx(ours["tokens_per_s"]["median"] / marian["tokens_per_s"]["median"])
+    assert rows[0][3] == f"{result['ratio']:.2f}"
+    for stats in (ours, marian):
+        assert len(stats["tokens_per_s"]["values"]) == report["settings"]["repeats"]
+        assert stats["gflops_per_s"]["median"] > 0 and stats["peak_rss_mib"] > stats["baseline_rss_mib"] > 0
+        # Label-smoothed cross-entropy of a random model: about log(V), finite.
+        assert 0 < stats["last_loss"] < 2 * math.log(report["settings"]["vocab_size"])
+
+
+class StandInTokenizer:
+    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+
+    def __len__(self):
+        return 1000
+
+
+@pytest.mark.parametrize("name", ["ours", "marian"])
+def test_training_flops_match_torch_flop_counter(name, monkeypatch):
+    """Forward + backward matmul FLOPs of one step equal `training_flops`' analytic count (eager attention, whose
+    matmuls torch's counter sees one by one)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from common import SIZES, build_model, model_configs
+    from train_throughput import training_flops
+
+    config = model_configs("tiny", StandInTokenizer(), dropout=0.1)[name]
+    model = build_model(name, config, seed=0, attn_implementation="eager").train()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(4, 1000, (8, 23), generator=generator)
+    labels = torch.randint(4, 1000, (8, 19), generator=generator)
+    with FlopCounterMode(display=False) as counter:
+        logits = model(input_ids=input_ids, decoder_input_ids=labels, use_cache=False).logits
+        torch.nn.functional.cross_entropy(logits.view(-1, 1000), labels.view(-1), label_smoothing=0.1).backward()
+    batch = dict(input_ids=input_ids.numpy(), labels=labels.numpy())
+    assert counter.get_total_flops() == training_flops(SIZES["tiny"], 1000, [batch])
