@@ -41,7 +41,7 @@ def strip(sequence):
 def test_saved_generation_config_is_the_papers_decoding(tiny_model, tmp_path):
     tiny_model.save_pretrained(tmp_path)
     loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).generation_config
-    assert (loaded.num_beams, loaded.length_penalty, loaded.early_stopping) == (4, 0.6, True)
+    assert (loaded.num_beams, loaded.length_penalty, loaded.early_stopping) == (4, 0.6, "never")
     assert (loaded.length_penalty_type, loaded.max_length_over_source) == ("gnmt", 50)
     assert loaded.max_length is None and loaded.max_new_tokens is None
 
@@ -165,14 +165,30 @@ def test_length_penalty_matches_brute_force_rescoring(length_penalty_type):
     torch.testing.assert_close(out.sequences_scores, expected.values[:5], atol=1e-5, rtol=1e-5)
 
 
-def test_gnmt_and_transformers_penalties_pick_different_outputs_somewhere():
-    """The option is not a no-op: on a random tiny model the two penalties disagree on some sentences."""
-    torch.manual_seed(0)
-    model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_preset("tiny", dropout=0.0)).eval()
-    input_ids = torch.randint(4, 128, (16, 6), generator=torch.Generator().manual_seed(0))
-    gnmt = model.generate(input_ids=input_ids, num_beams=4, length_penalty_type="gnmt")
-    theirs = model.generate(input_ids=input_ids, num_beams=4, length_penalty_type="transformers")
-    assert any(strip(a) != strip(b) for a, b in zip(gnmt, theirs))
+class ShortOrLong(LogitsProcessor):
+    """Two candidate outputs: `[7, </s>]` with log-probability -1.0, and `[7, 8, 8, 8, 8, 8, 8, </s>]` with -2.0."""
+
+    def __call__(self, input_ids, scores):
+        position = input_ids.shape[1] - 1
+        step = -1.5 / 7
+        scores = torch.full_like(scores, -30.0)
+        if position == 0:
+            scores[:, 7] = -0.5
+        elif position == 1:
+            scores[:, EOS], scores[:, 8] = -0.5, step
+        else:
+            scores[:, EOS if position == 7 else 8] = step
+        return scores
+
+
+def test_gnmt_and_transformers_penalties_rank_lengths_differently(tiny_model):
+    """transformers: -1.0 / 2^0.6 = -0.66 < -2.0 / 8^0.6 = -0.57, the long output wins. GNMT: -1.0 / (7/6)^0.6 = -0.91
+    > -2.0 / (13/6)^0.6 = -1.26, the short one wins."""
+    input_ids = torch.tensor([[5, 6, 2]])
+    gnmt = tiny_model.generate(input_ids=input_ids, logits_processor=[ShortOrLong()])
+    theirs = tiny_model.generate(input_ids=input_ids, length_penalty_type="transformers", logits_processor=[ShortOrLong()])
+    assert strip(gnmt[0])[1:] == [7, EOS]
+    assert strip(theirs[0])[1:] == [7, 8, 8, 8, 8, 8, 8, EOS]
 
 
 def test_gnmt_scores_equal_rescored_log_probabilities(tiny_model, batch):
@@ -188,6 +204,33 @@ def test_gnmt_scores_equal_rescored_log_probabilities(tiny_model, batch):
         total = log_probs[0].gather(1, torch.tensor(hypothesis[1:])[:, None]).sum()
         expected = total / gnmt_length_penalty(len(hypothesis) - 1, 0.6)
         torch.testing.assert_close(out.sequences_scores[row], expected, atol=1e-5, rtol=1e-5)
+
+
+class ConfidentModel(LogitsProcessor):
+    """A model sure of one translation: each next target token has log-probability -0.01, ending early -5, anything
+    else -14 (like a trained model on a deterministic task)."""
+
+    target = [17, 42, 9, 77, 31, 56, 23]
+
+    def __call__(self, input_ids, scores):
+        position = input_ids.shape[1] - 1
+        scores = torch.full_like(scores, -14.0)
+        scores[:, EOS] = -5.0
+        scores[:, self.target[position] if position < len(self.target) else EOS] = -0.01
+        return scores
+
+
+@pytest.mark.parametrize("length_penalty_type", ["gnmt", "transformers"])
+def test_paper_decoding_does_not_stop_at_short_hypotheses_of_a_confident_model(tiny_model, length_penalty_type):
+    """The full translation scores -0.08 and ending after k tokens about -5: the search must keep going until no
+    running hypothesis can win (tensor2tensor's rule), not stop once four early endings are finished."""
+    input_ids = torch.tensor([[5, 6, 7, 2]])
+    out = tiny_model.generate(input_ids=input_ids, length_penalty_type=length_penalty_type, logits_processor=[ConfidentModel()])
+    assert strip(out[0])[1:] == ConfidentModel.target + [EOS]
+    stopped_at_four = tiny_model.generate(
+        input_ids=input_ids, early_stopping=True, length_penalty_type=length_penalty_type, logits_processor=[ConfidentModel()]
+    )
+    assert len(strip(stopped_at_four[0])) < len(ConfidentModel.target) + 2  # transformers' True: a short one wins
 
 
 def test_unknown_length_penalty_type_is_refused(tiny_model, batch):

@@ -262,3 +262,28 @@ def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
     assert sorted(splits) == ["test", "train", "validation"]
     assert len(splits["train"]) == len(splits["validation"]) == 600
     assert splits["test"]["translation"] == [{"en": "one", "fr": "un"}, {"en": "two", "fr": "deux"}]
+
+
+def test_command_reports_test_results_and_writes_a_model_card(corpus, tokenizer_dir, tmp_path):
+    from huggingface_hub import ModelCard
+    from transformers import pipeline
+
+    from vanilla_transformer.cli import main
+
+    sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
+    test_pairs = corpus["test"]["translation"][:6]
+    sources.write_text("".join(pair["en"] + "\n" for pair in test_pairs), encoding="utf-8")
+    targets.write_text("".join(pair["fr"] + "\n" for pair in test_pairs), encoding="utf-8")
+    out = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, out, "--max_steps", "2", "--save_strategy", "no",
+                       "--test_source_file", str(sources), "--test_target_file", str(targets),
+                       "--generation_num_beams", "1", "--generation_max_length", "12"))
+    results = json.loads((out / "test_results.json").read_text())
+    assert results["test_bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert results["test_chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    card = ModelCard.load(out / "README.md")
+    assert card.data.pipeline_tag == "translation" and card.data.language == ["en", "fr"]
+    (bleu,) = [r for r in card.data.eval_results if r.metric_type == "bleu"]
+    assert bleu.metric_value == pytest.approx(results["test_bleu"], abs=0.01)
+    assert test_pairs[0]["en"] in card.text  # the first sample translation is shown
+    assert pipeline("translation_en_to_fr", model=str(out))(test_pairs[0]["en"], max_new_tokens=3)

@@ -1,6 +1,7 @@
-"""The `vanilla-transformer` command: `train` and `average` (more subcommands build on these)."""
+"""The `vanilla-transformer` command: one function per subcommand, listed in `COMMANDS`."""
 
 import argparse
+import functools
 import sys
 
 
@@ -26,7 +27,266 @@ def train_command(argv: list[str]) -> None:
     main(argv)
 
 
-COMMANDS = {"train": train_command, "average": average_command}
+def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
+    parser.add_argument("--model", required=True, help="A saved model folder (from train, average or save_pretrained).")
+    parser.add_argument(
+        results_flag,
+        help="JSON with the evaluation results and card facts (see vanilla_transformer.hub); default: the run's "
+        "test_results.json.",
+    )
+    parser.add_argument("--run", help="The training run folder, for the recipe and results (default: --model).")
+    parser.add_argument("--license", default="apache-2.0", help="License of the model on the Hub.")
+
+
+def model_card_command(argv: list[str]) -> None:
+    from .hub import model_card
+
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer model-card",
+        description="Generate the Hub model card (README.md) of a saved model from its config and results.",
+    )
+    _card_arguments(parser, "--results")
+    parser.add_argument("--repo-id", help="USER/NAME used in the card's usage examples.")
+    parser.add_argument("--out", required=True, help="Where to write the card, e.g. model_cards/NAME.md.")
+    args = parser.parse_args(argv)
+    card = model_card(args.model, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license)
+    card.save(args.out)
+    print(f"model card written to {args.out}")
+
+
+def push_command(argv: list[str]) -> None:
+    from .hub import push_to_hub
+
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer push",
+        description="Upload a saved model, its tokenizer, code and a generated model card to the Hub in one commit.",
+    )
+    _card_arguments(parser, "--card-results")
+    parser.add_argument("--repo-id", required=True, help="USER/NAME of the Hub repository (created if missing).")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    parser.add_argument("--commit-message", default="Upload vanilla-transformer model")
+    parser.add_argument("--token", help="A Hub token with write access (default: the one of `hf auth login`).")
+    args = parser.parse_args(argv)
+    commit = push_to_hub(
+        args.model,
+        args.repo_id,
+        private=args.private,
+        results=args.card_results,
+        run_dir=args.run,
+        license=args.license,
+        commit_message=args.commit_message,
+        token=args.token,
+    )
+    print(f"pushed to {commit.commit_url}")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    from .translate import BACKENDS
+
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="DIR",
+        help="A saved model folder (from train, average or save_pretrained); with --backend ct2, an export-ct2 folder.",
+    )
+    parser.add_argument(
+        "--batch-size", type=_positive_int, default=32, metavar="N", help="Sentences per batch (sorted by length)."
+    )
+    parser.add_argument(
+        "--num-beams",
+        type=_positive_int,
+        metavar="N",
+        help="Beam size (default: the model's generation config; 4 in the paper).",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="Most tokens generated per sentence (default: the model's generation config; source length + 50 in the "
+        "paper).",
+    )
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when available).")
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="torch", help="What runs the model.")
+
+
+def _translator(args: argparse.Namespace):
+    """The backend's translate function for the model folder, with the command's decoding options bound."""
+    from .translate import BACKENDS
+
+    translate = BACKENDS[args.backend](args.model, args.device)
+    options = dict(batch_size=args.batch_size, num_beams=args.num_beams)
+    if args.max_new_tokens is not None:
+        options["max_new_tokens"] = args.max_new_tokens
+    return functools.partial(translate, **options)
+
+
+def _read_lines_or_exit(parser: argparse.ArgumentParser, path: str | None) -> list[str]:
+    """The lines of `path` (standard input when None); an unreadable file or a bad byte ends the command with status
+    2 and a one-line message naming the file and line, not a traceback."""
+    from .translate import InvalidUTF8Error, read_lines
+
+    try:
+        return read_lines(path)
+    except (OSError, InvalidUTF8Error) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+
+
+def _write_lines(path: str | None, lines: list[str]) -> None:
+    """One line each to `path` (standard output when None). A line break inside a translation would shift every later
+    line, so it becomes a space."""
+    text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with open(path, "w", encoding="utf-8", newline="\n") as file:
+            file.write(text)
+
+
+def translate_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer translate",
+        description="Translate a file or standard input line by line: one translation per input line, in order; "
+        "empty lines stay empty.",
+    )
+    _decoding_arguments(parser)
+    parser.add_argument(
+        "--input", metavar="FILE", help="UTF-8 text, one sentence a line (.gz read as gzip); default: standard input."
+    )
+    parser.add_argument("--output", metavar="FILE", help="Where to write the translations; default: standard output.")
+    args = parser.parse_args(argv)
+    lines = _read_lines_or_exit(parser, args.input)
+    _write_lines(args.output, _translator(args)(lines))
+
+
+def evaluate_command(argv: list[str]) -> None:
+    from .metrics import load_bleu, load_chrf
+
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer evaluate",
+        description="Translate a source file and score it against its references with sacreBLEU: BLEU and chrF, "
+        "each with its signature.",
+    )
+    _decoding_arguments(parser)
+    parser.add_argument("--src", required=True, metavar="FILE", help="Source sentences, one a line (.gz read as gzip).")
+    parser.add_argument(
+        "--ref", required=True, metavar="FILE", help="Reference translations, aligned with --src line by line."
+    )
+    parser.add_argument("--output-hyps", metavar="FILE", help="Also write the translations to this file.")
+    args = parser.parse_args(argv)
+    sources, references = _read_lines_or_exit(parser, args.src), _read_lines_or_exit(parser, args.ref)
+    for path, lines in ((args.src, sources), (args.ref, references)):
+        if not any(line.strip() for line in lines):
+            parser.exit(2, f"{parser.prog}: error: {path} is empty\n")
+    if len(sources) != len(references):
+        parser.exit(
+            2,
+            f"{parser.prog}: error: {args.src} has {len(sources)} lines but {args.ref} has {len(references)}; "
+            "source and reference files must be aligned line by line\n",
+        )
+
+    hypotheses = _translator(args)(sources)
+    if args.output_hyps:
+        _write_lines(args.output_hyps, hypotheses)
+    bleu = load_bleu().compute(predictions=hypotheses, references=[[reference] for reference in references])
+    chrf = load_chrf().compute(predictions=hypotheses, references=[[reference] for reference in references])
+    # sacreBLEU's own report lines.
+    precisions = "/".join(f"{precision:.1f}" for precision in bleu["precisions"])
+    ratio = bleu["sys_len"] / bleu["ref_len"]
+    print(
+        f"BLEU = {bleu['score']:.2f} {precisions} (BP = {bleu['bp']:.3f} ratio = {ratio:.3f} "
+        f"hyp_len = {bleu['sys_len']} ref_len = {bleu['ref_len']})"
+    )
+    print(f"  signature: {bleu['signature']}")
+    print(f"chrF{chrf['beta']}{'+' * chrf['word_order']} = {chrf['score']:.2f}")
+    print(f"  signature: {chrf['signature']}")
+
+
+def plot_attention_command(argv: list[str]) -> None:
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .attention_plots import KINDS, attention_weights, plot_attention
+
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer plot-attention",
+        description="Draw the attention weights of one sentence as heatmaps, as in the paper's figures 3-5: one head, "
+        "or all heads of a layer in a grid.",
+    )
+    parser.add_argument(
+        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
+    )
+    parser.add_argument("--source", required=True, metavar="TEXT", help="The source sentence.")
+    parser.add_argument("--translation", metavar="TEXT", help="Its translation (default: the model's own).")
+    parser.add_argument(
+        "--kind",
+        choices=list(KINDS),
+        default="cross",
+        help="Encoder self-attention, decoder (masked) self-attention, or cross: encoder-decoder attention (default).",
+    )
+    parser.add_argument("--layer", type=int, metavar="L", help="Layer, numbered from 1 (default: the last).")
+    parser.add_argument(
+        "--head", type=int, metavar="H", help="Head, numbered from 1 (default: all heads of the layer, in a grid)."
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="The image file, e.g. attention.png.")
+    args = parser.parse_args(argv)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    weights = attention_weights(model, tokenizer, args.source, args.translation)
+    try:
+        plot_attention(weights, args.kind, args.layer, args.head, args.out)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(f"translation: {weights['translation']}\nattention plot written to {args.out}")
+
+
+def export_ct2_command(argv: list[str]) -> None:
+    from .ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer export-ct2",
+        description="Convert a saved model to CTranslate2 for fast CPU and GPU inference (`translate --backend ct2`); "
+        "the folder also holds the tokenizer and generation config.",
+    )
+    parser.add_argument(
+        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="The CTranslate2 model folder to write.")
+    parser.add_argument(
+        "--quantization", choices=QUANTIZATIONS, help="Type of the stored weights (default: float32, as trained)."
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=_positive_int,
+        default=2048,
+        metavar="N",
+        help="Rows of the stored sinusoidal position table: the longest source or output, in tokens (default: 2048).",
+    )
+    parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
+    args = parser.parse_args(argv)
+    try:
+        export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)
+    except (ValueError, FileExistsError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(f"CTranslate2 model written to {args.out}")
+
+
+COMMANDS = {
+    "train": train_command,
+    "average": average_command,
+    "model-card": model_card_command,
+    "push": push_command,
+    "translate": translate_command,
+    "evaluate": evaluate_command,
+    "plot-attention": plot_attention_command,
+    "export-ct2": export_ct2_command,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,8 +33,8 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .generation_vanilla_transformer import (
     LENGTH_PENALTY_TYPES,
     PAPER_DECODING,
-    GNMTLengthPenaltyLogitsProcessor,
     MaxLengthOverSourceLogitsProcessor,
+    gnmt_length_penalty,
     source_lengths,
 )
 
@@ -683,13 +683,48 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             processors.append(MaxLengthOverSourceLogitsProcessor(max_lengths, eos_token_id))
             kwargs.update(max_new_tokens=int(max_lengths.max()), max_length=None)
 
-        num_beams = setting("num_beams") or 1
-        if length_penalty_type == "gnmt" and num_beams > 1:
-            alpha = setting("length_penalty")
-            processors.append(GNMTLengthPenaltyLogitsProcessor(1.0 if alpha is None else alpha, eos_token_id, num_beams))
-            kwargs["length_penalty"] = 0.0
+        self._gnmt_length_penalty = length_penalty_type == "gnmt"
+        try:
+            return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
+        finally:
+            self._gnmt_length_penalty = False
 
-        return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
+    # transformers' beam search divides the score of each finished hypothesis by |Y| ** length_penalty and offers no
+    # public hook for another penalty. These two thin overrides of the methods that apply it hand it GNMT's lp(Y)
+    # instead (with the penalty folded into the scores and its own exponent set to 0); the search is unchanged.
+    _gnmt_length_penalty = False
+
+    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
+        if self._gnmt_length_penalty:
+            # score(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| counting </s> (GNMT, eq. 14)
+            topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, length_penalty)
+            length_penalty = 0.0
+        return super()._update_finished_beams(
+            topk_log_probs=topk_log_probs,
+            cur_len=cur_len,
+            decoder_prompt_len=decoder_prompt_len,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
+    def _check_early_stop_heuristic(
+        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
+    ):
+        if self._gnmt_length_penalty:
+            # The best score a running hypothesis may still reach, under the same length assumption as transformers.
+            never = early_stopping == "never" and length_penalty > 0.0
+            length = (max_length if never else cur_len) - decoder_prompt_len
+            running_beam_scores = running_beam_scores / gnmt_length_penalty(length, length_penalty)
+            length_penalty = 0.0
+        return super()._check_early_stop_heuristic(
+            running_beam_scores=running_beam_scores,
+            cur_len=cur_len,
+            max_length=max_length,
+            decoder_prompt_len=decoder_prompt_len,
+            early_stopping=early_stopping,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
 
 
 __all__ = [

@@ -5,6 +5,7 @@ With no data arguments it trains on the English -> French number-words corpus th
 (`--bf16`, `--gradient_accumulation_steps`, `--report_to`, ...), and so do `accelerate launch` and `torchrun`.
 """
 
+import json
 import logging
 import os
 import sys
@@ -24,7 +25,8 @@ from transformers import (
 
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .data import filter_long_pairs, load_parallel_corpus
-from .metrics import load_bleu
+from .hub import model_card
+from .metrics import load_bleu, load_chrf
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .number_words import number_words_corpus
 from .tokenization import train_tokenizer
@@ -269,8 +271,10 @@ def report_test_results(trainer, pairs, tokenized, data_args, tokenizer):
     hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
     references = [pair[data_args.target_lang] for pair in pairs["translation"]]
     bleu = load_bleu().compute(predictions=hypotheses, references=[[r] for r in references])
+    chrf = load_chrf().compute(predictions=hypotheses, references=[[r] for r in references])
     metrics = dict(output.metrics)
     metrics["test_exact_match"] = 100.0 * float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+    metrics["test_bleu_signature"], metrics["test_chrf_signature"] = bleu["signature"], chrf["signature"]
     if trainer.is_world_process_zero():
         print(f"\nSample translations ({data_args.source_lang} -> {data_args.target_lang}) of held-out data:")
         for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:8]:
@@ -282,7 +286,41 @@ def report_test_results(trainer, pairs, tokenized, data_args, tokenizer):
         print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
     trainer.log_metrics("test", metrics)
     trainer.save_metrics("test", metrics)
+    if trainer.is_world_process_zero():
+        write_model_card(trainer, metrics, pairs, hypotheses, data_args)
     return metrics
+
+
+def write_model_card(trainer, metrics, pairs, hypotheses, data_args):
+    """The output folder's README.md: a Hub model card generated from the saved model and the test results (also
+    saved as card_results.json, which `vanilla-transformer model-card` and `push` take)."""
+    if data_args.dataset_name:
+        data = dict(dataset=data_args.dataset_name, dataset_id=data_args.dataset_name)
+    elif data_args.test_source_file or data_args.test_file:
+        data = dict(dataset=Path(data_args.test_source_file or data_args.test_file).name)
+    else:
+        data = dict(dataset="number words (num2words, held-out numbers)")
+    results = dict(
+        results=[
+            dict(
+                **data,
+                split="test",
+                bleu=metrics["test_bleu"],
+                chrf=metrics["test_chrf"],
+                bleu_signature=metrics["test_bleu_signature"],
+                chrf_signature=metrics["test_chrf_signature"],
+                num_sentences=len(hypotheses),
+            )
+        ],
+        samples=[
+            dict(source=pair[data_args.source_lang], reference=pair[data_args.target_lang], hypothesis=hypothesis)
+            for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:5]
+        ],
+        training=dict(max_tokens=data_args.max_tokens),
+    )
+    output_dir = Path(trainer.args.output_dir)
+    (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    model_card(output_dir, results=results).save(output_dir / "README.md")
 
 
 if __name__ == "__main__":

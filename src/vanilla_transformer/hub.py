@@ -1,0 +1,353 @@
+"""Sharing a trained model on the Hugging Face Hub: a model card generated from the saved folder, and one commit that
+uploads the whole repository.
+
+```python
+>>> from vanilla_transformer.hub import model_card, push_to_hub
+>>> model_card("runs/multi30k-en-de/averaged", results="card.json").save("model_cards/multi30k-en-de.md")
+>>> push_to_hub("runs/multi30k-en-de/averaged", "USER/transformer-multi30k-en-de", results="card.json")
+```
+
+The card is never written by hand: its metadata (languages, license, datasets, a `model-index` with BLEU and chrF)
+and body (hyper-parameters, recipe, results with their sacreBLEU signature, samples, usage, citation) come from the
+saved config and generation config, the training run (`trainer_state.json`, the training arguments that the
+TensorBoard callback logs) and the evaluation results, rendered with `model_card_template.md`.
+
+`results` (a dict, or a JSON file holding one) is either a metrics file as the Trainer writes it
+(`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the model with these optional keys:
+
+- `results`: a list of evaluations, each `{"dataset": "Multi30k", "dataset_id": "bentrevett/multi30k",
+  "split": "test_2016_flickr", "bleu": 33.99, "chrf": 57.11,
+  "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0", "chrf_signature": "...",
+  "num_sentences": 1000}`; also `dataset_config` (the `load_dataset` configuration, e.g. `"de-en"` of `wmt14`)
+  and `decoding` (e.g. `"greedy"`, when it differs from the saved generation config). Trainer-prefixed keys such
+  as `test_bleu` work too;
+- `source_lang`, `target_lang`: language codes, when the config does not carry them;
+- `datasets`: Hub ids of the training data; `training_data`: a sentence describing it;
+- `training`: recipe facts the training arguments do not hold, e.g. `{"max_tokens": 4096}`;
+- `samples`: `[{"source": ..., "reference": ..., "hypothesis": ...}]`.
+"""
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from transformers import AutoTokenizer, GenerationConfig
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+
+CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
+TAGS = ["translation", "vanilla-transformer", "transformer", "seq2seq", "encoder-decoder"]
+PAPER_CITATION = """\
+@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {30},
+  pages     = {5998--6008},
+  year      = {2017},
+  url       = {https://arxiv.org/abs/1706.03762}
+}"""
+# Trainer metric prefixes, most relevant first, and the split each one names.
+_TRAINER_SPLITS = {"test_": "test", "predict_": "test", "eval_": "validation"}
+
+
+def model_card(
+    model_dir: str | os.PathLike,
+    results: dict | str | os.PathLike | None = None,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    repo_id: str | None = None,
+    license: str = "apache-2.0",
+) -> ModelCard:
+    """The Hub model card of the model saved in `model_dir`.
+
+    `results` describes the evaluation (see the module docstring); without it the card reports the Trainer's
+    `test_results.json` (else `eval_results.json`) of `run_dir`. `run_dir` is the training run (default:
+    `model_dir`, which is where `vanilla-transformer train` writes both); its `trainer_state.json` and logged
+    training arguments give the recipe. Give the results of exactly these weights: an averaged model's scores are
+    not those of the run's last checkpoint. `repo_id` ("USER/NAME") goes into the usage examples.
+    """
+    model_dir = Path(model_dir)
+    run_dir = Path(run_dir) if run_dir is not None else model_dir
+    facts = _read_results(results, run_dir)
+    config = VanillaTransformerConfig.from_pretrained(model_dir)
+    source_lang = facts.get("source_lang") or getattr(config, "source_lang", None)
+    target_lang = facts.get("target_lang") or getattr(config, "target_lang", None)
+    model_name = (repo_id or model_dir.resolve().name).split("/")[-1]
+    evaluations = [_evaluation(entry, source_lang, target_lang) for entry in facts["results"]]
+    training_args = _logged_training_arguments(run_dir)
+    trainer_state = _read_json(run_dir / "trainer_state.json")
+    samples = [_sample(sample) for sample in facts.get("samples") or []]
+    datasets = facts.get("datasets") or sorted({e["dataset_id"] for e in evaluations if e["dataset_id"]}) or None
+
+    card_data = ModelCardData(
+        language=[lang for lang in (source_lang, target_lang) if lang] or None,
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=TAGS,
+        datasets=datasets,
+        metrics=["bleu", "chrf"] if evaluations else None,
+        model_name=model_name,
+        eval_results=[result for evaluation in evaluations for result in evaluation["eval_results"]] or None,
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(CARD_TEMPLATE_PATH),
+        model_name=model_name,
+        repo_id=repo_id or "USER/NAME",
+        source_lang=source_lang,
+        target_lang=target_lang,
+        architecture=_architecture_rows(config),
+        position_embedding_type=config.position_embedding_type,
+        code_files=sorted(path.name for path in model_dir.glob("*.py")),
+        decoding=_decoding(model_dir),
+        recipe=_recipe_rows(config, training_args, trainer_state, facts.get("training") or {}),
+        training_data=facts.get("training_data"),
+        datasets=datasets,
+        evaluations=evaluations,
+        samples=samples,
+        example=repr(samples[0]["source"] if samples else "A man is riding a bicycle."),  # a Python literal
+        citation=PAPER_CITATION,
+    )
+
+
+def push_to_hub(
+    model_dir: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = False,
+    results: dict | str | os.PathLike | None = None,
+    run_dir: str | os.PathLike | None = None,
+    license: str = "apache-2.0",
+    commit_message: str = "Upload vanilla-transformer model",
+    token: str | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+):
+    """Upload the model saved in `model_dir` to the Hub repository `repo_id` (created if missing) in one commit.
+
+    The repository is written as `save_pretrained` writes a folder, so it loads without this package:
+    `config.json` with `auto_map`, the configuration/modeling code it points to, `model.safetensors` (the shared
+    embedding stored once), `generation_config.json`, the tokenizer, and a `README.md` generated by
+    [`model_card`] from `results` and `run_dir`. The code files are those of the installed package. Files already in
+    the repository that the upload does not replace are kept. Returns the `CommitInfo` of the commit.
+    """
+    model_dir = Path(model_dir)
+    if not (model_dir / "tokenizer_config.json").is_file():
+        raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    api = HfApi(token=token)
+    # The repository's full name: "NAME" alone is created in the token owner's namespace.
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        # The card describes the folder as uploaded (its code files and generation config).
+        card = model_card(staging, results, run_dir=run_dir or model_dir, repo_id=repo_id, license=license)
+        card.save(Path(staging) / "README.md")
+        operations = [
+            CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
+            for path in sorted(Path(staging).rglob("*"))
+            if path.is_file()
+        ]
+        # One create_commit, not upload_folder: with hf_xet installed, upload_folder may split into several commits.
+        return api.create_commit(
+            repo_id,
+            operations,
+            commit_message=commit_message,
+            revision=revision,
+            create_pr=create_pr,
+        )
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _read_results(results, run_dir: Path) -> dict:
+    """The card facts as a dict with a `results` list, from `results` or else the run's Trainer metrics file."""
+    if results is None:
+        trainer_results = _read_json(run_dir / "test_results.json") or _read_json(run_dir / "eval_results.json")
+        results = trainer_results or {"results": []}
+    elif not isinstance(results, dict):
+        results = json.loads(Path(results).read_text(encoding="utf-8"))
+    return results if "results" in results else {"results": [results]}  # a bare metrics dict: one evaluation
+
+
+def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -> dict:
+    """One evaluation's scores, dataset and sacreBLEU signatures, with its `EvalResult`s for the model-index."""
+    prefix = "" if "bleu" in entry else next((p for p in _TRAINER_SPLITS if f"{p}bleu" in entry), "")
+
+    def value(name):
+        return entry.get(f"{prefix}{name}", entry.get(name))
+
+    if value("bleu") is None:
+        raise ValueError(f"An evaluation result has no BLEU score (`bleu` or `test_bleu`): {sorted(entry)}.")
+    split = entry.get("split") or _TRAINER_SPLITS.get(prefix, "test")
+    dataset = entry.get("dataset") or "held-out data"
+    dataset_id = entry.get("dataset_id")
+    scores = {"bleu": value("bleu"), "chrf": value("chrf"), "exact_match": value("exact_match")}
+    languages = f" ({source_lang} -> {target_lang})" if source_lang and target_lang else ""
+    eval_results = [
+        EvalResult(
+            task_type="translation",
+            task_name=f"Translation{languages}",
+            dataset_type=dataset_id or re.sub(r"[^a-z0-9]+", "-", dataset.lower()).strip("-"),
+            dataset_name=dataset,
+            dataset_config=entry.get("dataset_config"),
+            dataset_split=split,
+            metric_type=metric,
+            metric_name=name,
+            metric_value=round(float(scores[metric]), 2),
+        )
+        for metric, name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
+        if scores[metric] is not None
+    ]
+    return dict(
+        dataset=dataset,
+        dataset_id=dataset_id,
+        split=split,
+        scores={name: round(float(score), 2) for name, score in scores.items() if score is not None},
+        bleu_signature=value("bleu_signature"),
+        chrf_signature=value("chrf_signature"),
+        num_sentences=entry.get("num_sentences"),
+        decoding=entry.get("decoding"),
+        eval_results=eval_results,
+    )
+
+
+def _sample(sample) -> dict:
+    if isinstance(sample, dict):
+        return {key: sample[key] for key in ("source", "reference", "hypothesis")}
+    source, reference, hypothesis = sample
+    return dict(source=source, reference=reference, hypothesis=hypothesis)
+
+
+def _architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str, str]]:
+    """(what, paper symbol, value) rows of the hyper-parameters table."""
+    with torch.device("meta"):  # counts the parameters without allocating or reading weights
+        num_parameters = VanillaTransformerForConditionalGeneration(config).num_parameters()
+    positions = {
+        "sinusoidal": "sinusoidal, sin/cos interleaved (section 3.5)",
+        "learned": f"learned, up to {config.max_position_embeddings} (Table 3 row E)",
+    }[config.position_embedding_type]
+    embeddings = "one matrix for source, target and pre-softmax" if config.tie_word_embeddings else "separate"
+    if config.scale_embedding:
+        embeddings += ", times sqrt(d_model)"
+
+    def pair(encoder, decoder):
+        return f"{encoder}" if encoder == decoder else f"{encoder} / {decoder} (encoder / decoder)"
+
+    return [
+        ("layers", "N", pair(config.encoder_layers, config.decoder_layers)),
+        ("model width", "d_model", f"{config.d_model}"),
+        ("attention heads", "h", pair(config.encoder_attention_heads, config.decoder_attention_heads)),
+        ("key / value size per head", "d_k = d_v", f"{config.d_model // config.encoder_attention_heads}"),
+        ("feed-forward inner size", "d_ff", pair(config.encoder_ffn_dim, config.decoder_ffn_dim)),
+        ("residual dropout", "P_drop", f"{config.dropout:g}"),
+        ("attention / ReLU dropout", "", f"{config.attention_dropout:g} / {config.activation_dropout:g}"),
+        ("activation", "", config.activation_function),
+        ("positions", "PE", positions),
+        ("normalisation", "", "pre-LN, final LayerNorm per stack" if config.normalize_before else "post-LN (paper)"),
+        ("embeddings", "", embeddings),
+        ("vocabulary", "", f"{config.vocab_size:,} tokens, shared by both languages"),
+        ("parameters", "", f"{num_parameters:,}"),
+    ]
+
+
+def _decoding(model_dir: Path) -> dict | None:
+    if not (model_dir / "generation_config.json").is_file():
+        return None
+    generation = GenerationConfig.from_pretrained(model_dir)
+    return dict(
+        num_beams=generation.num_beams,
+        length_penalty=generation.length_penalty,
+        # Section 6.1's settings that transformers lacks (see generation_vanilla_transformer.py); absent in folders
+        # saved before they existed, which then decode with transformers' own length penalty and limits.
+        gnmt=getattr(generation, "length_penalty_type", "transformers") == "gnmt",
+        max_length_over_source=getattr(generation, "max_length_over_source", None),
+        early_stopping=generation.early_stopping,
+        max_length=generation.max_length,
+        max_new_tokens=generation.max_new_tokens,
+    )
+
+
+def _logged_training_arguments(run_dir: Path) -> dict:
+    """The `TrainingArguments` of the run as the Trainer's TensorBoard callback logs them (`args` text), or `{}`.
+
+    Read from the event files rather than `training_args.bin`, which only unpickling (running code) could read."""
+    event_files = sorted(run_dir.glob("runs/*/events.out.tfevents.*"), key=lambda path: path.stat().st_mtime)
+    if not event_files:
+        return {}
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    arguments = {}
+    for path in event_files:  # the last run's arguments win (a resumed run logs them again)
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag == "args/text_summary":
+                    arguments = json.loads(value.tensor.string_val[0].decode("utf-8"))
+    return arguments
+
+
+def _recipe_rows(config, training_args: dict, trainer_state: dict | None, training: dict) -> list[tuple[str, str]]:
+    """(what, value) rows of the training table, from the logged arguments, the Trainer state and `training`."""
+    args = {**training_args, **training}
+    rows = []
+    if "adam_beta1" in args:
+        optimizer = f"Adam, beta1 {args['adam_beta1']:g}, beta2 {args['adam_beta2']:g}, eps {args['adam_epsilon']:g}"
+        if args.get("weight_decay"):
+            optimizer += f", weight decay {args['weight_decay']:g}"
+        rows.append(("optimizer (5.3)", f"{optimizer} (`{args.get('optim', 'adamw_torch')}`)"))
+    if "learning_rate" in args:
+        rows.append(("learning rate (5.3)", _learning_rate(config.d_model, args)))
+    if "label_smoothing_factor" in args:
+        rows.append(("label smoothing (5.4)", f"{args['label_smoothing_factor']:g}"))
+    if "max_grad_norm" in args:
+        rows.append(("gradient clipping", f"max norm {args['max_grad_norm']:g}" if args["max_grad_norm"] else "none"))
+    if args.get("max_tokens"):  # a `train` option, not a TrainingArguments field: given in `training`
+        rows.append(("batch (5.1)", f"~{args['max_tokens']:,} tokens of pairs of similar length"))
+    if args.get("gradient_accumulation_steps", 1) > 1:
+        rows.append(("gradient accumulation", f"{args['gradient_accumulation_steps']} steps"))
+    if trainer_state:
+        rows.append(("steps", f"{trainer_state['global_step']:,} ({trainer_state['epoch']:.1f} epochs)"))
+        final = next((entry for entry in reversed(trainer_state["log_history"]) if "train_runtime" in entry), None)
+        if final:
+            runtime = final["train_runtime"]
+            rows.append(("training time", f"{runtime / 60:.0f} min" if runtime >= 60 else f"{runtime:.0f} s"))
+            smoothed = " (label-smoothed)" if args.get("label_smoothing_factor") else ""
+            rows.append(("training loss, mean over the run", f"{final['train_loss']:.3f}{smoothed}"))
+    elif "max_steps" in args and args["max_steps"] > 0:
+        rows.append(("steps", f"{args['max_steps']:,}"))
+    if "bf16" in args:
+        rows.append(("precision", "bf16" if args["bf16"] else "fp16" if args.get("fp16") else "fp32"))
+    if "seed" in args:
+        rows.append(("seed", f"{args['seed']}"))
+    return rows
+
+
+def _learning_rate(d_model: int, args: dict) -> str:
+    rate = args["learning_rate"]
+    warmup = args.get("warmup_steps") or 0
+    if args.get("lr_scheduler_type") == "inverse_sqrt" and warmup >= 1:
+        # transformers' inverse_sqrt with peak (d_model * warmup)^-0.5 is exactly section 5.3's formula.
+        scale = rate * math.sqrt(d_model * warmup)
+        factor = "" if math.isclose(scale, 1.0, rel_tol=1e-6) else f"{scale:.3g} * "
+        return (
+            f"{factor}d_model^-0.5 * min(step^-0.5, step * {warmup}^-1.5): warm-up {warmup:,} steps, "
+            f"peak {rate:.3g} (`inverse_sqrt`)"
+        )
+    return f"peak {rate:.3g}, `{args.get('lr_scheduler_type', 'linear')}` schedule, warm-up {warmup:,} steps"
+
+
+__all__ = ["CARD_TEMPLATE_PATH", "PAPER_CITATION", "TAGS", "model_card", "push_to_hub"]

@@ -1,0 +1,226 @@
+"""CTranslate2 export and the `ct2` backend: CTranslate2 scores targets as the model does and searches as `generate()`
+(greedy, and beam search with transformers' length penalty); GNMT re-ranks what its beam search finished."""
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.cli import main  # noqa: E402
+from vanilla_transformer.ctranslate2_export import export_ctranslate2, transformer_spec_of  # noqa: E402
+from vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty  # noqa: E402
+from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
+from vanilla_transformer.translate import BACKENDS  # noqa: E402
+
+SENTENCES = [
+    "A man in an orange hat starring at something.",
+    "Two dogs play in the snow.",
+    "A girl is reading a book under a tree while her brother plays football nearby.",
+    "People walk.",
+    "Ein Mann mit einem orangefarbenen Hut.",
+    "Zwei Hunde spielen im Schnee.",
+    "Hi",
+    "The cat sat on the mat and looked at the dog.",
+]
+MAX_NEW_TOKENS = 20  # random models rarely stop on their own
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(SENTENCES * 3, vocab_size=300, show_progress=False)
+
+
+def saved_model(folder, tokenizer, lively=False, **config_overrides):
+    """A random tiny model saved with its tokenizer in `folder`. A `lively` one has learned positions of large spread
+    and a `</s>` embedding near the average token, so that its outputs change from step to step and sometimes end:
+    a random model otherwise repeats one token."""
+    config = VanillaTransformerConfig.from_preset("tiny", dropout=0.0, vocab_size=len(tokenizer), **config_overrides)
+    torch.manual_seed(1)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    if lively:
+        with torch.no_grad():
+            for stack in (model.model.encoder, model.model.decoder):
+                stack.embed_positions.weight.normal_(0, 2.0)
+            mean_token = model.model.shared.weight[3:].mean(0)
+            model.model.shared.weight[config.eos_token_id] = 2.0 * mean_token / mean_token.norm()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def paper_model(tmp_path_factory, tokenizer):
+    """The paper's architecture (post-norm, sinusoidal positions): (model folder, CTranslate2 folder)."""
+    root = tmp_path_factory.mktemp("ct2-paper")
+    model_dir = saved_model(root / "model", tokenizer)
+    return model_dir, export_ctranslate2(model_dir, root / "ct2")
+
+
+@pytest.fixture(scope="module")
+def lively_model(tmp_path_factory, tokenizer):
+    """Pre-norm with learned positions, outputs that vary and end: (model folder, CTranslate2 folder)."""
+    root = tmp_path_factory.mktemp("ct2-lively")
+    model_dir = saved_model(
+        root / "model",
+        tokenizer,
+        lively=True,
+        normalize_before=True,
+        position_embedding_type="learned",
+        max_position_embeddings=128,
+    )
+    return model_dir, export_ctranslate2(model_dir, root / "ct2")
+
+
+def load(model_dir):
+    return VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
+
+
+def tokens_of(tokenizer, text):
+    return tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+
+
+def log_probs(model, tokenizer, source, target_ids):
+    """log p(y_t | y_<t, x) of each token of `target_ids` under the PyTorch model."""
+    labels = torch.tensor([target_ids])
+    with torch.no_grad():
+        logits = model(**tokenizer(source, return_tensors="pt"), labels=labels).logits
+    return logits.log_softmax(-1)[0].gather(-1, labels[0, :, None])[:, 0]
+
+
+@pytest.mark.parametrize("which", ["paper_model", "lively_model"])
+def test_ctranslate2_scores_targets_with_the_models_log_probs(request, tokenizer, which):
+    model_dir, ct2_dir = request.getfixturevalue(which)
+    model, translator = load(model_dir), ctranslate2.Translator(str(ct2_dir))
+    targets = [tokenizer(text)["input_ids"] for text in reversed(SENTENCES)]
+    # score_batch adds the decoder start token and </s> itself.
+    sources = [tokens_of(tokenizer, text) for text in SENTENCES]
+    results = translator.score_batch(sources, [tokenizer.convert_ids_to_tokens(ids[:-1]) for ids in targets])
+    for source, target_ids, result in zip(SENTENCES, targets, results):
+        expected = log_probs(model, tokenizer, source, target_ids)
+        torch.testing.assert_close(torch.tensor(result.log_probs), expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["paper_model", "lively_model"])
+def test_greedy_search_gives_the_tokens_of_generate(request, tokenizer, which):
+    model_dir, ct2_dir = request.getfixturevalue(which)
+    model, translator = load(model_dir), ctranslate2.Translator(str(ct2_dir))
+    results = translator.translate_batch(
+        [tokens_of(tokenizer, text) for text in SENTENCES],
+        beam_size=1,
+        max_decoding_length=MAX_NEW_TOKENS,
+        min_decoding_length=0,
+        return_end_token=True,
+    )
+    for text, result in zip(SENTENCES, results):
+        expected = model.generate(**tokenizer(text, return_tensors="pt"), num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
+        assert tokenizer.convert_tokens_to_ids(result.hypotheses[0]) == expected[0, 1:].tolist()
+
+
+@pytest.mark.parametrize("which", ["paper_model", "lively_model"])
+def test_ct2_backend_translates_as_the_torch_backend_with_greedy_search(request, which):
+    """Section 6.1's per-sentence maximum length (source + 50) included, which a random model reaches."""
+    model_dir, ct2_dir = request.getfixturevalue(which)
+    lines = ["Hi", "People walk.", "", "Two dogs play in the snow.", "Zwei Hunde spielen im Schnee.", "   "]
+    translations = BACKENDS["ct2"](ct2_dir, "cpu")(lines, num_beams=1, batch_size=3)
+    assert translations == BACKENDS["torch"](model_dir, "cpu")(lines, num_beams=1, batch_size=3)
+    assert translations[2] == translations[-1] == ""
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0])
+def test_beam_search_matches_generate_with_transformers_length_penalty(lively_model, alpha):
+    """CTranslate2's length penalty is transformers': log P(Y|X) / |Y|^alpha, with |Y| counting </s>; it stops once
+    4 hypotheses are finished, which is transformers' early_stopping=True."""
+    model_dir, ct2_dir = lively_model
+    options = dict(num_beams=4, length_penalty=alpha, length_penalty_type="transformers", max_new_tokens=MAX_NEW_TOKENS,
+                   early_stopping=True)
+    translations = BACKENDS["ct2"](ct2_dir, "cpu")(SENTENCES, **options)
+    assert len(set(translations)) > 2
+    assert translations == BACKENDS["torch"](model_dir, "cpu")(SENTENCES, **options)
+
+
+def test_gnmt_length_penalty_reranks_the_finished_hypotheses(lively_model, tokenizer):
+    model_dir, ct2_dir = lively_model
+    model, translator = load(model_dir), ctranslate2.Translator(str(ct2_dir))
+    alpha = 1.0  # where the two penalties pick different hypotheses of this model
+    options = dict(num_beams=4, length_penalty=alpha, max_new_tokens=MAX_NEW_TOKENS)
+    translations = BACKENDS["ct2"](ct2_dir, "cpu")(SENTENCES, **options)  # GNMT: the saved generation config's
+
+    results = translator.translate_batch(
+        [tokens_of(tokenizer, text) for text in SENTENCES],
+        beam_size=4,
+        num_hypotheses=4,
+        length_penalty=alpha,
+        max_decoding_length=MAX_NEW_TOKENS,
+        min_decoding_length=0,
+        return_end_token=True,
+    )
+    def gnmt_score(text, ids):
+        """From the PyTorch model's probabilities."""
+        return log_probs(model, tokenizer, text, ids).sum() / gnmt_length_penalty(len(ids), alpha)
+
+    reranked = 0
+    for text, result, translation in zip(SENTENCES, results, translations):
+        hypotheses = [tokenizer.convert_tokens_to_ids(tokens) for tokens in result.hypotheses]
+        best = max(hypotheses, key=lambda ids: gnmt_score(text, ids))
+        assert translation == tokenizer.decode(best, skip_special_tokens=True).strip()
+        reranked += best != hypotheses[0]
+    assert reranked  # GNMT chose other hypotheses than CTranslate2's own penalty did
+
+
+def test_export_writes_a_self_contained_folder(paper_model, tokenizer):
+    _, ct2_dir = paper_model
+    names = {path.name for path in ct2_dir.iterdir()}
+    assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "generation_config.json"} <= names
+    assert AutoTokenizer.from_pretrained(ct2_dir).get_vocab() == tokenizer.get_vocab()
+
+
+def test_the_shared_embedding_matrix_is_stored_once(paper_model, tokenizer):
+    spec = transformer_spec_of(load(paper_model[0]), tokenizer)
+    spec.validate()
+    spec.optimize()  # as saving does: equal weights become aliases of the first by name
+    assert spec.encoder.embeddings[0].weight == spec.decoder.projection.weight == "decoder/embeddings/weight"
+
+
+def test_int8_export_via_the_command_line_translates(paper_model, tmp_path):
+    model_dir, ct2_dir = paper_model
+    out = tmp_path / "int8"
+    main(["export-ct2", "--model", str(model_dir), "--out", str(out), "--quantization", "int8"])
+    assert (out / "model.bin").stat().st_size < (ct2_dir / "model.bin").stat().st_size
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_text("\n".join(SENTENCES[:3] + [""]) + "\n", encoding="utf-8")
+    main(["translate", "--model", str(out), "--backend", "ct2", "--device", "cpu", "--input", str(source),
+          "--output", str(target), "--num-beams", "2", "--max-new-tokens", "5"])  # fmt: skip
+    translations = target.read_text(encoding="utf-8").split("\n")
+    assert len(translations) == 5 and translations[0] and translations[3] == ""
+
+
+def test_export_refuses_an_activation_ctranslate2_lacks(tmp_path, tokenizer):
+    model_dir = saved_model(tmp_path / "model", tokenizer, activation_function="relu6")
+    with pytest.raises(ValueError, match="activation_function='relu6' has no CTranslate2 equivalent"):
+        export_ctranslate2(model_dir, tmp_path / "ct2")
+
+
+def test_export_keeps_existing_folders_unless_forced(paper_model, capsys):
+    model_dir, ct2_dir = paper_model
+    with pytest.raises(FileExistsError, match="force"):
+        export_ctranslate2(model_dir, ct2_dir)
+    with pytest.raises(ValueError, match="would replace the model folder"):
+        export_ctranslate2(model_dir, model_dir.parent, force=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export-ct2", "--model", str(model_dir), "--out", str(ct2_dir)])
+    assert exit_info.value.code == 2 and "--force" in capsys.readouterr().err
+
+
+def test_ct2_backend_says_a_transformers_folder_needs_exporting(paper_model):
+    model_dir, _ = paper_model
+    with pytest.raises(ValueError, match="export-ct2 --model"):
+        BACKENDS["ct2"](model_dir, "cpu")
+
+
+def test_inputs_longer_than_the_exported_positions_get_a_clear_error(paper_model, tmp_path):
+    model_dir, _ = paper_model
+    short = export_ctranslate2(model_dir, tmp_path / "short", max_positions=8)
+    with pytest.raises(RuntimeError, match="--max-positions"):
+        BACKENDS["ct2"](short, "cpu")([SENTENCES[2]], num_beams=1)

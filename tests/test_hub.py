@@ -1,0 +1,392 @@
+"""Sharing on the Hub: the generated model card, the one-commit push (intercepted at `HfApi`, never reaching the
+network), and loading a saved folder where the package is not installed."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import huggingface_hub
+import pytest
+import torch
+from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
+from huggingface_hub.errors import EntryNotFoundError
+from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
+from safetensors.torch import load as load_safetensors
+from torch.utils.tensorboard import SummaryWriter
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import vanilla_transformer
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main as cli
+from vanilla_transformer.hub import model_card, push_to_hub
+from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.training import paper_training_arguments
+
+
+SENTENCES = [
+    "a man rides a bike", "un homme fait du vélo",
+    "two dogs play in the snow", "deux chiens jouent dans la neige",
+    "a woman reads a book", "une femme lit un livre",
+    "the children run on the beach", "les enfants courent sur la plage",
+] * 5
+SOURCES = ["a man reads a book", "two children play"]
+REPO_ID = "user/tiny-en-fr"
+# What a Hub repository of the model must hold to load and translate without the package.
+REQUIRED_FILES = {
+    "README.md",
+    "config.json",
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "pipeline_vanilla_transformer.py",
+    "model.safetensors",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+}
+CARD_RESULTS = {
+    "datasets": ["bentrevett/multi30k"],
+    "training_data": "the 29,000 Multi30k training pairs.",
+    "training": {"max_tokens": 4096},
+    "results": [
+        {
+            "dataset": "Multi30k",
+            "dataset_id": "bentrevett/multi30k",
+            "split": "test_2016_flickr",
+            "bleu": 33.987,
+            "chrf": 57.111,
+            "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            "num_sentences": 1000,
+        }
+    ],
+    "samples": [{"source": "a man | a bike", "reference": "un homme | un vélo", "hypothesis": "un homme"}],
+}
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A tiny en -> fr model folder as `train` leaves it: save_pretrained of the model and of its tokenizer."""
+    root = tmp_path_factory.mktemp("hub")
+    train_tokenizer(SENTENCES, vocab_size=300, show_progress=False).save_pretrained(root / "tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(root / "tokenizer")
+    config = VanillaTransformerConfig.from_preset(
+        "tiny", vocab_size=len(tokenizer), dropout=0.0, source_lang="en", target_lang="fr"
+    )
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    return root / "model"
+
+
+@pytest.fixture(scope="module")
+def run_dir(saved_model, tmp_path_factory):
+    """A `vanilla-transformer train` output folder: the model plus the Trainer's results, state, logged arguments
+    (TensorBoard), a checkpoint and `training_args.bin` (here not a pickle: reading it would fail)."""
+    run = tmp_path_factory.mktemp("run") / "run"
+    shutil.copytree(saved_model, run)
+    metrics = {"test_bleu": 12.345, "test_chrf": 40.5, "test_exact_match": 5.0, "test_loss": 3.2}
+    (run / "test_results.json").write_text(json.dumps(metrics))
+    (run / "all_results.json").write_text(json.dumps({**metrics, "train_loss": 4.25}))
+    trainer_state = {
+        "global_step": 120,
+        "epoch": 3.0,
+        "log_history": [{"step": 120, "train_runtime": 95.0, "train_loss": 4.25, "total_flos": 1.0}],
+    }
+    (run / "trainer_state.json").write_text(json.dumps(trainer_state))
+    (run / "training_args.bin").write_bytes(b"not a pickle")
+    (run / "checkpoint-120").mkdir()
+    shutil.copy(saved_model / "model.safetensors", run / "checkpoint-120")
+    arguments = paper_training_arguments(str(run), d_model=32, warmup_steps=40, max_steps=120, report_to=[])
+    with SummaryWriter(run / "runs" / "tensorboard") as writer:  # what the Trainer's TensorBoardCallback logs
+        writer.add_text("args", arguments.to_json_string())
+    return run
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """The Hub at its `HfApi` boundary: `create_repo` and `create_commit` record their calls, a new repository has
+    no README yet, and any other request to the Hub fails."""
+    calls = {"repos": [], "commits": []}
+
+    def create_repo(self, repo_id, *, private=None, exist_ok=False, **kwargs):
+        calls["repos"].append(dict(repo_id=repo_id, private=private, exist_ok=exist_ok))
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def create_commit(self, repo_id, operations, *, commit_message, **kwargs):
+        files = {}
+        for operation in operations:
+            with operation.as_file() as file:
+                files[operation.path_in_repo] = file.read()
+        calls["commits"].append(dict(repo_id=repo_id, files=files, message=commit_message, **kwargs))
+        return CommitInfo(
+            commit_url=f"https://huggingface.co/{repo_id}/commit/{'0' * 40}",
+            commit_message=commit_message,
+            commit_description="",
+            oid="0" * 40,
+        )
+
+    def no_readme_yet(repo_id, filename, **kwargs):
+        raise EntryNotFoundError(f"{filename} not found in {repo_id}")
+
+    def refuse(client, request, **kwargs):
+        raise RuntimeError(f"a test tried to reach the network: {request.method} {request.url}")
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
+    monkeypatch.setattr(huggingface_hub.repocard, "hf_hub_download", no_readme_yet)
+    # Not HF_HUB_OFFLINE: transformers would write its `local_files_only=True` into the saved tokenizer_config.json.
+    monkeypatch.setattr(type(huggingface_hub.get_session()), "send", refuse)
+    return calls
+
+
+# --- the model card -------------------------------------------------------------------------------------------------
+
+
+def test_card_metadata(saved_model):
+    card = ModelCard(str(model_card(saved_model, CARD_RESULTS, repo_id=REPO_ID)))  # parses as the Hub would
+
+    data = card.data
+    assert data.library_name == "transformers"
+    assert data.pipeline_tag == "translation"
+    assert data.language == ["en", "fr"]
+    assert data.license == "apache-2.0"
+    assert data.datasets == ["bentrevett/multi30k"]
+    assert {"translation", "vanilla-transformer", "transformer", "seq2seq"} <= set(data.tags)
+    assert data.model_name == "tiny-en-fr"
+    scores = {result.metric_type: result for result in data.eval_results}
+    assert set(scores) == {"bleu", "chrf"}
+    assert scores["bleu"].metric_value == 33.99
+    assert scores["chrf"].metric_value == 57.11
+    for result in scores.values():
+        assert result.task_type == "translation"
+        assert (result.dataset_type, result.dataset_name) == ("bentrevett/multi30k", "Multi30k")
+        assert result.dataset_split == "test_2016_flickr"
+    # The model-index round trip of huggingface_hub (what ModelCard.validate checks online, minus the Hub).
+    model_index = card.data.to_dict()["model-index"]
+    assert model_index_to_eval_results(model_index) == ("tiny-en-fr", data.eval_results)
+    assert eval_results_to_model_index("tiny-en-fr", data.eval_results) == model_index
+
+
+def test_card_body(saved_model):
+    text = ModelCard(str(model_card(saved_model, CARD_RESULTS, repo_id=REPO_ID))).text
+
+    assert "| Multi30k (1,000 sentences) | test_2016_flickr | 33.99 | 57.11 |" in text
+    assert "`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`" in text
+    for row in ["| layers | N | 2 |", "| model width | d_model | 32 |", "| attention heads | h | 4 |",
+                "| feed-forward inner size | d_ff | 64 |", "| residual dropout | P_drop | 0 |"]:
+        assert row in text
+    parameters = f"{VanillaTransformerForConditionalGeneration.from_pretrained(saved_model).num_parameters():,}"
+    assert f"| parameters |  | {parameters} |" in text
+    assert "beam size 4, length penalty 0.6 (GNMT's" in text
+    assert "| batch (5.1) | ~4,096 tokens" in text
+    assert "Data: the 29,000 Multi30k training pairs." in text
+    assert "| a man \\| a bike | un homme \\| un vélo | un homme |" in text
+    assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in text
+    assert f'AutoModelForSeq2SeqLM.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
+    assert "title     = {Attention Is All You Need}" in text and "booktitle = {Advances in Neural" in text
+
+
+def test_card_from_training_run(run_dir):
+    """Without results the card reports the run's test_results.json; the recipe comes from the logged arguments."""
+    card = ModelCard(str(model_card(run_dir)))
+
+    assert {(r.metric_type, r.metric_value, r.dataset_split) for r in card.data.eval_results} == {
+        ("bleu", 12.35, "test"), ("chrf", 40.5, "test")
+    }
+    assert "| held-out data | test | 12.35 | 40.50 | 5.0 |" in card.text
+    assert "the sacreBLEU signature was not recorded" in card.text
+    for row in [
+        "| optimizer (5.3) | Adam, beta1 0.9, beta2 0.98, eps 1e-09",
+        "| learning rate (5.3) | d_model^-0.5 * min(step^-0.5, step * 40^-1.5): warm-up 40 steps",
+        "| label smoothing (5.4) | 0.1 |",
+        "| gradient clipping | none |",
+        "| steps | 120 (3.0 epochs) |",
+    ]:
+        assert row in card.text
+
+
+def test_card_without_results(saved_model):
+    card = ModelCard(str(model_card(saved_model)))
+
+    assert card.data.eval_results is None and "model-index" not in card.data.to_dict()
+    assert "No evaluation results were given for this model." in card.text
+    assert "The training arguments were not recorded with this model." in card.text
+
+
+def test_model_card_command(saved_model, tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(CARD_RESULTS))
+    out = tmp_path / "model_cards" / "tiny.md"
+
+    cli(["model-card", "--model", str(saved_model), "--results", str(tmp_path / "results.json"), "--out", str(out)])
+
+    card = ModelCard.load(out)
+    assert [r.metric_value for r in card.data.eval_results] == [33.99, 57.11]
+    assert "| Multi30k (1,000 sentences) | test_2016_flickr | 33.99 | 57.11 |" in card.text
+
+
+# --- pushing --------------------------------------------------------------------------------------------------------
+
+
+def test_push_uploads_one_complete_repo(run_dir, saved_model, hub):
+    push_to_hub(run_dir, REPO_ID, private=True)
+
+    assert hub["repos"] == [dict(repo_id=REPO_ID, private=True, exist_ok=True)]
+    [commit] = hub["commits"]
+    files = commit["files"]
+    # Exactly the files of save_pretrained (model and tokenizer) plus the card: no run files, no checkpoints.
+    assert set(files) == {path.name for path in saved_model.iterdir()} | {"README.md"}
+    assert REQUIRED_FILES <= set(files)
+    for name in set(files) - {"README.md"}:
+        assert files[name] == (saved_model / name).read_bytes(), name
+    package_dir = os.path.dirname(vanilla_transformer.__file__)
+    for name in [name for name in files if name.endswith(".py")]:
+        assert files[name] == open(os.path.join(package_dir, name), "rb").read(), name
+
+    config = json.loads(files["config.json"])
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == (
+        "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration"
+    )
+    assert config["custom_pipelines"]["translation"]["impl"].startswith("pipeline_vanilla_transformer.")
+    # The shared embedding matrix (section 3.4) is stored once.
+    tensors = load_safetensors(files["model.safetensors"])
+    embeddings = [name for name, tensor in tensors.items() if tensor.shape == (config["vocab_size"], config["d_model"])]
+    assert embeddings == ["model.shared.weight"]
+
+    card = ModelCard(files["README.md"].decode("utf-8"))
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "translation"
+    assert card.data.language == ["en", "fr"] and card.data.license == "apache-2.0"
+    assert [r.metric_value for r in card.data.eval_results] == [12.35, 40.5]
+    assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in card.text
+
+
+def test_push_command(saved_model, hub, tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(CARD_RESULTS))
+
+    cli(["push", "--model", str(saved_model), "--repo-id", REPO_ID, "--card-results", str(tmp_path / "results.json"),
+         "--commit-message", "Multi30k model", "--license", "mit"])
+
+    assert hub["repos"] == [dict(repo_id=REPO_ID, private=False, exist_ok=True)]
+    [commit] = hub["commits"]
+    assert commit["message"] == "Multi30k model"
+    card = ModelCard(commit["files"]["README.md"].decode("utf-8"))
+    assert card.data.license == "mit"
+    assert [r.metric_value for r in card.data.eval_results] == [33.99, 57.11]
+
+
+def test_push_refuses_a_folder_without_tokenizer(saved_model, hub, tmp_path):
+    for name in ["config.json", "generation_config.json", "model.safetensors"]:
+        shutil.copy(saved_model / name, tmp_path)
+
+    with pytest.raises(ValueError, match="No tokenizer"):
+        push_to_hub(tmp_path, REPO_ID)
+    assert hub == {"repos": [], "commits": []}  # checked before the repository is created
+
+
+def test_transformers_push_to_hub_uploads_the_code(saved_model, hub):
+    """transformers' own `model.push_to_hub` also uploads config.json with auto_map and the code it names."""
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(saved_model)
+
+    model.push_to_hub(REPO_ID)
+
+    [commit] = hub["commits"]
+    files = commit["files"]
+    model_files = {path.name for path in saved_model.iterdir()} - {"tokenizer.json", "tokenizer_config.json"}
+    assert set(files) == model_files | {"README.md"}
+    for name in model_files:
+        assert files[name] == (saved_model / name).read_bytes(), name
+
+
+# --- loading without the package ------------------------------------------------------------------------------------
+
+# A fresh interpreter in which `import vanilla_transformer` fails (it is installed editable, so leaving it off
+# sys.path is not enough), offline, with its own cache for the dynamic modules. It loads the folder through the Auto
+# classes and the pipelines once (a start of Python with torch and transformers costs seconds), for the tests below.
+WITHOUT_PACKAGE = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+
+    class BlockPackage(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "vanilla_transformer":
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+
+    sys.meta_path.insert(0, BlockPackage())
+    try:
+        import vanilla_transformer
+    except ModuleNotFoundError:
+        pass
+    else:
+        raise SystemExit("vanilla_transformer is importable")
+
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+    folder, sources = sys.argv[1], json.loads(sys.argv[2])
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    inputs = tokenizer(sources, return_tensors="pt", padding=True)
+    ids = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=8).tolist()
+    logits = model(**inputs, decoder_input_ids=inputs["input_ids"]).logits.detach().tolist()
+    output = dict(config=type(config).__module__, model=type(model).__module__, ids=ids, logits=logits)
+    try:
+        output["translations"] = {
+            task: pipeline(task, model=folder, trust_remote_code=True)(sources[0])
+            for task in ["translation", "translation_en_to_fr"]
+        }
+    except Exception as error:
+        output["pipeline_error"] = f"{type(error).__name__}: {error}"
+    print(json.dumps(output))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def without_package(saved_model, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("without_package")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf_home"), "PYTHONPATH": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PACKAGE, str(saved_model), json.dumps(SOURCES)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_loads_with_remote_code_without_the_package(saved_model, without_package):
+    assert without_package["config"].startswith("transformers_modules.")
+    assert without_package["model"].startswith("transformers_modules.")
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(saved_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(saved_model)
+    inputs = tokenizer(SOURCES, return_tensors="pt", padding=True)
+    ids = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=8).tolist()
+    assert without_package["ids"] == ids
+    with torch.no_grad():
+        logits = model(**inputs, decoder_input_ids=inputs["input_ids"]).logits
+    torch.testing.assert_close(torch.tensor(without_package["logits"]), logits)
+
+
+def test_translation_pipeline_without_the_package(saved_model, without_package):
+    assert "pipeline_error" not in without_package, without_package["pipeline_error"]
+    # The pipeline decodes with the model's saved generation config, as generate() does here.
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(saved_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(saved_model)
+    [ids] = model.generate(**tokenizer(SOURCES[:1], return_tensors="pt"))
+    expected = [{"translation_text": tokenizer.decode(ids, skip_special_tokens=True)}]
+    assert without_package["translations"] == {"translation": expected, "translation_en_to_fr": expected}
+
+
+def test_pickle_checkpoints_load_only_when_asked(saved_model, tmp_path):
+    """A folder with only pytorch_model.bin: unpickling can run code, so loading needs use_safetensors=False."""
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(saved_model)
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+
+    for model_class in [VanillaTransformerForConditionalGeneration, AutoModelForSeq2SeqLM]:
+        with pytest.raises(OSError, match=r"(?s)(pickle.*safetensors|safetensors.*pickle)"):
+            model_class.from_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, use_safetensors=False)
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0)

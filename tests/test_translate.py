@@ -1,0 +1,250 @@
+"""`translate_lines`, `read_lines` and the `translate` and `evaluate` commands, on a tiny random model whose outputs are
+restricted to lowercase letters and spaces, so that every translation is readable text that tells its input apart."""
+
+import gzip
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import torch
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
+from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.translate import InvalidUTF8Error, read_lines, translate_lines
+
+
+TOKENIZER_TEXT = [
+    "the cat sat on the mat",
+    "a dog runs in the park",
+    "the bird sings in a big tree",
+    "le chat est assis sur le tapis",
+    "un chien court dans le parc",
+]
+# Shuffled lengths, with an empty and a whitespace-only line.
+LINES = [
+    "the big red house in the park",
+    "",
+    "a cat",
+    "the bird sings",
+    "   ",
+    "dog",
+    "small blue tree on a mat near the house",
+    "sat on",
+]
+MODEL_MAX_LENGTH = 40  # the fixture tokenizer's model_max_length: the default length past which a line is reported
+DECODING = dict(num_beams=1, max_new_tokens=8)  # the tests check the plumbing, not the search: greedy and short
+DECODING_FLAGS = ["--num-beams", "1", "--max-new-tokens", "8"]
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    tokenizer = train_tokenizer(TOKENIZER_TEXT, vocab_size=200, show_progress=False)
+    tokenizer.model_max_length = MODEL_MAX_LENGTH
+    config = VanillaTransformerConfig.from_preset(
+        "tiny",
+        dropout=0.0,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        init_std=1.0,  # larger random embeddings: the output depends more on the input
+    )
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    # Saved with the model, so the commands decode the same way.
+    allowed = set(tokenizer.convert_tokens_to_ids(list("abcdefghijklmnopqrstuvwxyz") + ["Ġ", "</s>"]))
+    model.generation_config.suppress_tokens = [i for i in range(len(tokenizer)) if i not in allowed]
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_dir(model_and_tokenizer, tmp_path_factory):
+    model, tokenizer = model_and_tokenizer
+    path = tmp_path_factory.mktemp("tiny-translator")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_by_one(model_and_tokenizer):
+    """The translation of each of LINES translated alone, "" for blank lines."""
+    model, tokenizer = model_and_tokenizer
+    translations = [translate_lines(model, tokenizer, [line], **DECODING)[0] for line in LINES]
+    texts = [text for text in translations if text]
+    assert len(set(texts)) == len(texts) == 6, f"every sentence must translate differently: {translations}"
+    return translations
+
+
+def record_batches(model, monkeypatch) -> list[tuple[int, int]]:
+    """Make `model.generate` record the (sentences, padded length) of every batch it receives."""
+    shapes, generate = [], model.generate
+
+    def recording_generate(input_ids, **kwargs):
+        shapes.append(tuple(input_ids.shape))
+        return generate(input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording_generate)
+    return shapes
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+# --- translate_lines -----------------------------------------------------------------------------------------------
+
+
+def test_translations_come_back_in_input_order(model_and_tokenizer, one_by_one, monkeypatch):
+    model, tokenizer = model_and_tokenizer
+    batches = record_batches(model, monkeypatch)
+    assert translate_lines(model, tokenizer, LINES, batch_size=2, **DECODING) == one_by_one
+    assert sum(sentences for sentences, _ in batches) == 6  # blank lines never reach the model
+    assert all(sentences <= 2 for sentences, _ in batches)
+    widths = [width for _, width in batches]
+    assert widths == sorted(widths, reverse=True)  # batched by length, longest first
+    assert model.training is False
+
+
+def test_max_tokens_bounds_the_padded_batch(model_and_tokenizer, one_by_one, monkeypatch):
+    model, tokenizer = model_and_tokenizer
+    batches = record_batches(model, monkeypatch)
+    assert translate_lines(model, tokenizer, LINES, max_tokens=40, **DECODING) == one_by_one
+    assert all(sentences * width <= 40 for sentences, width in batches)
+    assert len(batches) > 1
+
+
+def test_blank_input_never_calls_the_model(model_and_tokenizer, monkeypatch):
+    model, tokenizer = model_and_tokenizer
+    monkeypatch.setattr(model, "generate", lambda **kwargs: pytest.fail("generate was called"))
+    assert translate_lines(model, tokenizer, ["", " \t", ""]) == ["", "", ""]
+    assert translate_lines(model, tokenizer, []) == []
+
+
+def test_long_line_is_reported_and_translated_whole(model_and_tokenizer, caplog, monkeypatch):
+    model, tokenizer = model_and_tokenizer
+    long_line = " ".join(["the cat sat"] * 4)  # 48 tokens, more than the tokenizer's model_max_length
+    expected = translate_lines(model, tokenizer, [long_line], **DECODING)
+    batches = record_batches(model, monkeypatch)
+    translations = translate_lines(model, tokenizer, ["a cat", long_line], **DECODING)
+    assert f"Line 2 (48 tokens) longer than {MODEL_MAX_LENGTH} tokens" in caplog.text
+    assert translations[1] == expected[0]
+    assert max(width for _, width in batches) == 48  # not truncated
+
+
+def test_warn_length_sets_the_reported_length(model_and_tokenizer, caplog):
+    model, tokenizer = model_and_tokenizer
+    translate_lines(model, tokenizer, ["a cat", "", "dog", "a dog"], warn_length=4, **DECODING)  # 6, -, 4, 6 tokens
+    assert "Lines 1 (6 tokens), 4 (6 tokens) longer than 4 tokens" in caplog.text
+
+
+# --- read_lines ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["input.txt", "input.txt.gz"])
+def test_read_lines_splits_on_newlines_only(tmp_path, name):
+    path = write(tmp_path / name, "\ufeffone\r\ntwo\u2028still two\n\nfour".encode())
+    assert read_lines(path) == ["one", "two\u2028still two", "", "four"]
+
+
+@pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
+def test_invalid_utf8_names_the_line_byte_and_column(tmp_path, name):
+    path = write(tmp_path / name, "fine\nçà ".encode() + b"\xff rest\n")
+    with pytest.raises(InvalidUTF8Error) as error:
+        read_lines(path)
+    assert str(error.value) == f"{path}: line 2 is not valid UTF-8 (byte 0xff at column 4)"
+
+
+def test_read_lines_reads_stdin(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("a\n\nb\n".encode())))
+    assert read_lines("-") == ["a", "", "b"]
+
+
+# --- The commands --------------------------------------------------------------------------------------------------
+
+
+def test_translate_command_writes_one_line_per_input_line(model_dir, one_by_one, tmp_path):
+    source = write(tmp_path / "in.txt", "\n".join(LINES).encode() + b"\n")
+    output = tmp_path / "out.txt"
+    main(["translate", "--model", str(model_dir), "--input", str(source), "--output", str(output), "--batch-size", "3",
+          *DECODING_FLAGS])
+    assert output.read_text(encoding="utf-8").split("\n") == [*one_by_one, ""]
+
+
+def test_translate_command_reads_stdin_and_writes_stdout(model_dir, one_by_one, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(LINES[:4]).encode())))
+    main(["translate", "--model", str(model_dir), *DECODING_FLAGS])
+    assert capsys.readouterr().out == "".join(f"{text}\n" for text in one_by_one[:4])
+
+
+def test_translate_command_reports_lines_longer_than_the_tokenizer_maximum(model_dir, tmp_path, caplog, capsys):
+    long_line = " ".join(["the cat sat"] * 4)  # 48 tokens
+    source = write(tmp_path / "in.txt", f"a cat\n{long_line}\n".encode())
+    main(["translate", "--model", str(model_dir), "--input", str(source), *DECODING_FLAGS])
+    assert f"Line 2 (48 tokens) longer than {MODEL_MAX_LENGTH} tokens" in caplog.text
+    translations = capsys.readouterr().out.split("\n")
+    assert len(translations) == 3 and translations[1]
+
+
+def test_translate_command_refuses_invalid_utf8(model_dir, tmp_path, capsys):
+    source = write(tmp_path / "bad.txt", b"fine\nalso fine\nbad \xe9 byte\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(model_dir), "--input", str(source)])
+    assert exit_info.value.code == 2
+    message = f"{source}: line 3 is not valid UTF-8 (byte 0xe9 at column 5)"
+    assert capsys.readouterr().err == f"vanilla-transformer translate: error: {message}\n"
+
+
+def test_console_script_refuses_invalid_utf8_without_a_traceback(model_dir, tmp_path):
+    script = Path(sys.executable).with_name("vanilla-transformer")
+    if not script.exists():
+        pytest.skip("the vanilla-transformer console script is not installed next to this Python")
+    source = write(tmp_path / "bad.txt", b"\xc3\x28\n")
+    result = subprocess.run([script, "translate", "--model", model_dir, "--input", source], capture_output=True)
+    assert result.returncode == 2
+    assert f"{source}: line 1 is not valid UTF-8 (byte 0xc3 at column 1)".encode() in result.stderr
+    assert b"Traceback" not in result.stderr and result.stdout == b""
+
+
+def test_evaluate_prints_bleu_and_chrf_with_signatures(model_dir, one_by_one, tmp_path, capsys):
+    sources = [line for line in LINES if line.strip()]
+    hypotheses = [text for text in one_by_one if text]
+    # Half the references are the hypotheses themselves, so that the scores are neither 0 nor 100.
+    references = [hypothesis if i % 2 else "the cat sat on the mat" for i, hypothesis in enumerate(hypotheses)]
+    source = write(tmp_path / "test.en.gz", "\n".join(sources).encode())
+    reference = write(tmp_path / "test.fr", "\n".join(references).encode())
+    hyps_file = tmp_path / "hyps.txt"
+    main(["evaluate", "--model", str(model_dir), "--src", str(source), "--ref", str(reference),
+          "--output-hyps", str(hyps_file), *DECODING_FLAGS])
+    printed = capsys.readouterr().out.splitlines()
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+    chrf = sacrebleu.corpus_chrf(hypotheses, [references])
+    assert 0 < chrf.score < 100
+    assert printed[0].startswith(f"BLEU = {bleu.score:.2f} ")
+    assert printed[1] == f"  signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    assert printed[2] == f"chrF2 = {chrf.score:.2f}"
+    assert printed[3].startswith("  signature: nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|")
+    assert hyps_file.read_text(encoding="utf-8").splitlines() == hypotheses
+
+
+@pytest.mark.parametrize(
+    ("source_text", "reference_text", "problem"),
+    [
+        ("a\nb\nc\n", "x\ny\n", "{src} has 3 lines but {ref} has 2"),
+        ("a\nb\n", "", "{ref} is empty"),
+        ("\n\n", "x\ny\n", "{src} is empty"),
+    ],
+)
+def test_evaluate_refuses_unaligned_or_empty_files(model_dir, tmp_path, capsys, source_text, reference_text, problem):
+    source = write(tmp_path / "src.txt", source_text.encode())
+    reference = write(tmp_path / "ref.txt", reference_text.encode())
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--model", str(model_dir), "--src", str(source), "--ref", str(reference)])
+    assert exit_info.value.code == 2
+    assert problem.format(src=source, ref=reference) in capsys.readouterr().err
