@@ -302,8 +302,8 @@ def write_model_card(trainer, metrics, pairs, hypotheses, data_args):
         data = dict(dataset=data_args.dataset_name, dataset_id=data_args.dataset_name)
     elif data_args.test_source_file or data_args.test_file:
         data = dict(dataset=Path(data_args.test_source_file or data_args.test_file).name)
-    else:
-        data = dict(dataset="number words (num2words, held-out numbers)")
+    else:  # the demo, where a translation is right or wrong
+        data = dict(dataset="number words (num2words, held-out numbers)", exact_match=metrics["test_exact_match"])
     results = dict(
         results=[
             dict(
