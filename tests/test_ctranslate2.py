@@ -213,10 +213,15 @@ def test_export_keeps_existing_folders_unless_forced(paper_model, capsys):
     assert exit_info.value.code == 2 and "--force" in capsys.readouterr().err
 
 
-def test_ct2_backend_says_a_transformers_folder_needs_exporting(paper_model):
+def test_ct2_backend_says_a_transformers_folder_needs_exporting(paper_model, capsys):
     model_dir, _ = paper_model
     with pytest.raises(ValueError, match="export-ct2 --model"):
         BACKENDS["ct2"](model_dir, "cpu")
+    # The command says the same in one line and exits with status 2, without a traceback.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(model_dir), "--backend", "ct2", "--input", str(model_dir / "config.json")])
+    assert exit_info.value.code == 2
+    assert "export-ct2 --model" in capsys.readouterr().err
 
 
 def test_inputs_longer_than_the_exported_positions_get_a_clear_error(paper_model, tmp_path):

@@ -116,11 +116,14 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="torch", help="What runs the model.")
 
 
-def _translator(args: argparse.Namespace):
+def _translator(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """The backend's translate function for the model folder, with the command's decoding options bound."""
     from .translate import BACKENDS
 
-    translate = BACKENDS[args.backend](args.model, args.device)
+    try:
+        translate = BACKENDS[args.backend](args.model, args.device)
+    except (OSError, ValueError) as error:  # a missing folder, or one the backend cannot run: no traceback
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     options = dict(batch_size=args.batch_size, num_beams=args.num_beams)
     if args.max_new_tokens is not None:
         options["max_new_tokens"] = args.max_new_tokens
@@ -163,7 +166,7 @@ def translate_command(argv: list[str]) -> None:
     parser.add_argument("--output", metavar="FILE", help="Where to write the translations; default: standard output.")
     args = parser.parse_args(argv)
     lines = _read_lines_or_exit(parser, args.input)
-    _write_lines(args.output, _translator(args)(lines))
+    _write_lines(args.output, _translator(parser, args)(lines))
 
 
 def evaluate_command(argv: list[str]) -> None:
@@ -192,7 +195,7 @@ def evaluate_command(argv: list[str]) -> None:
             "source and reference files must be aligned line by line\n",
         )
 
-    hypotheses = _translator(args)(sources)
+    hypotheses = _translator(parser, args)(sources)
     if args.output_hyps:
         _write_lines(args.output_hyps, hypotheses)
     bleu = load_bleu().compute(predictions=hypotheses, references=[[reference] for reference in references])
