@@ -108,7 +108,7 @@ PAPER_DEFAULTS = dict(
 
 
 # The main job (no data given): a small model sized to train on the number-words corpus in minutes on 2 CPU cores.
-# A model and run sized for 2 CPU cores and 5 minutes. Half the section 5.3 rate: at d_model 128 and batches of 2,048
+# Half the section 5.3 rate: at d_model 128 and batches of 2,048
 # tokens the formula's rate (4.4e-3 at the peak, 3 times base's) makes the held-out accuracy swing by 30 points from
 # one checkpoint to the next; at half of it every checkpoint from step 700 on is at 98-99%.
 DEMO_DEFAULTS = dict(
