@@ -100,6 +100,8 @@ def plot_training(run_dir: Path, out: Path):
     axes[1].set(title="learning rate (section 5.3)", xlabel="step")
     if series["eval_bleu"]:
         axes[2].plot(*zip(*series["eval_bleu"]), marker="o")
+    else:
+        axes[2].text(0.5, 0.5, "no validation during this run", ha="center", va="center", transform=axes[2].transAxes)
     axes[2].set(title="validation BLEU (200 sentences, beam 4)", xlabel="step")
     figure.savefig(out, dpi=120)
     plt.close(figure)
