@@ -153,7 +153,8 @@ def main(argv=None):
         plot_attention(weights, kind=kind, out_path=plots / f"attention_{kind}.png")
 
     card_results = dict(
-        results=[dict(dataset="Multi30k (task 1)", split="test_2016_flickr", num_sentences=len(sources),
+        results=[dict(dataset="Multi30k (task 1)", dataset_id="bentrevett/multi30k", split="test_2016_flickr",
+                      num_sentences=len(sources),
                       **{key: best[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")})],
         samples=[dict(source=s, reference=r, hypothesis=h)
                  for s, r, h in list(zip(sources, references, best["hypotheses"]))[:5]],
