@@ -4,6 +4,22 @@ import torch
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 
+def tiny_config_for(tokenizer, **overrides):
+    """The tiny size, no dropout, sized and numbered for `tokenizer`'s vocabulary and special tokens."""
+    return VanillaTransformerConfig.from_preset(
+        "tiny",
+        **{
+            "dropout": 0.0,
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "decoder_start_token_id": tokenizer.bos_token_id,
+            **overrides,
+        },
+    )
+
+
 @pytest.fixture
 def tiny_config():
     """The shared tiny configuration: d_model 32, 2+2 layers, 4 heads, d_ff 64, vocab 128, no dropout."""

@@ -3,8 +3,9 @@ whose tokenizer has no merges, so that every token is one character."""
 
 import pytest
 import torch
+from conftest import tiny_config_for
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.attention_plots import attention_weights, plot_attention
 from vanilla_transformer.cli import main
 from vanilla_transformer.tokenization import train_tokenizer
@@ -18,15 +19,7 @@ SOURCE, TRANSLATION = "the cat sat", "le chat"
 def model_and_tokenizer():
     # A vocabulary smaller than the 256 bytes + 4 special tokens learns no merges: one token per character.
     tokenizer = train_tokenizer(["the cat sat on the mat", "le chat est assis"], vocab_size=200, show_progress=False)
-    config = VanillaTransformerConfig.from_preset(
-        "tiny",
-        dropout=0.0,
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-    )
+    config = tiny_config_for(tokenizer)
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(config).eval()
     return model, tokenizer

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+from conftest import tiny_config_for
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.translate import InvalidUTF8Error, read_lines, translate_lines
@@ -44,16 +45,7 @@ DECODING_FLAGS = ["--num-beams", "1", "--max-new-tokens", "8"]
 def model_and_tokenizer():
     tokenizer = train_tokenizer(TOKENIZER_TEXT, vocab_size=200, show_progress=False)
     tokenizer.model_max_length = MODEL_MAX_LENGTH
-    config = VanillaTransformerConfig.from_preset(
-        "tiny",
-        dropout=0.0,
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-        init_std=1.0,  # larger random embeddings: the output depends more on the input
-    )
+    config = tiny_config_for(tokenizer, init_std=1.0)  # larger random embeddings: the output depends more on the input
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(config).eval()
     # Saved with the model, so the commands decode the same way.

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBas
 
 from .generation_vanilla_transformer import LENGTH_PENALTY_TYPES, PAPER_DECODING, gnmt_length_penalty
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
-from .translate import PathLike, Translator, _length_sorted_batches, _warn_long_lines
+from .translate import PathLike, Translator, _length_sorted_batches, tokenize_lines
 
 
 # Weight types CTranslate2 stores: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32.
@@ -290,16 +290,10 @@ def ct2_translate_lines(
     )
     search.update(options)
 
-    texts = [line.strip() for line in lines]
-    translations = [""] * len(texts)
-    to_translate = [index for index, text in enumerate(texts) if text]
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length)
     if not to_translate:
         return translations
-    input_ids = tokenizer([texts[index] for index in to_translate])["input_ids"]
     lengths = [len(ids) for ids in input_ids]
-    _warn_long_lines(
-        [(to_translate[k] + 1, length) for k, length in enumerate(lengths)], warn_length or tokenizer.model_max_length
-    )
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
 
     if max_new_tokens is not None or max_length_over_source is None:

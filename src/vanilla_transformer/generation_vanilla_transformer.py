@@ -41,16 +41,16 @@ class MaxLengthOverSourceLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows, length = input_ids.shape
         if self.prompt_length is None:
+            # Once per call: rows are sentences repeated num_beams (or num_return_sequences) times, one after another.
             self.prompt_length = length
-        # Rows are sentences repeated num_beams (or num_return_sequences) times, one after another.
-        max_lengths = self.max_lengths.to(scores.device).repeat_interleave(rows // self.max_lengths.shape[0])
-        at_limit = (length + 1 - self.prompt_length) >= max_lengths
-        if not bool(at_limit.any()):
+            self.row_limits = self.max_lengths.to(scores.device).repeat_interleave(rows // self.max_lengths.shape[0])
+            self.first_limit = int(self.max_lengths.min())
+        generated = length + 1 - self.prompt_length  # the token chosen now is the generated-th
+        if generated < self.first_limit:  # no sentence at its limit yet: nothing to do, no device sync
             return scores
         forced = torch.full_like(scores, -float("inf"))
         forced[:, self.eos_token_id] = scores[:, self.eos_token_id]
-        return torch.where(at_limit[:, None], forced, scores)
-
+        return torch.where((generated >= self.row_limits)[:, None], forced, scores)
 
 def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, encoder_outputs=None, pad_token_id=None):
     """Number of real source tokens per sentence (the `</s>` included), from whatever `generate()` was given."""

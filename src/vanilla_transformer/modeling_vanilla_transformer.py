@@ -694,37 +694,23 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     # instead (with the penalty folded into the scores and its own exponent set to 0); the search is unchanged.
     _gnmt_length_penalty = False
 
-    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
+    def _update_finished_beams(self, **state):
         if self._gnmt_length_penalty:
             # score(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| counting </s> (GNMT, eq. 14)
-            topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, length_penalty)
-            length_penalty = 0.0
-        return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
+            length = state["cur_len"] + 1 - state["decoder_prompt_len"]
+            state["topk_log_probs"] = state["topk_log_probs"] / gnmt_length_penalty(length, state["length_penalty"])
+            state["length_penalty"] = 0.0
+        return super()._update_finished_beams(**state)
 
-    def _check_early_stop_heuristic(
-        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
-    ):
+    def _check_early_stop_heuristic(self, **state):
         if self._gnmt_length_penalty:
             # The best score a running hypothesis may still reach, under the same length assumption as transformers.
-            never = early_stopping == "never" and length_penalty > 0.0
-            length = (max_length if never else cur_len) - decoder_prompt_len
-            running_beam_scores = running_beam_scores / gnmt_length_penalty(length, length_penalty)
-            length_penalty = 0.0
-        return super()._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
+            never = state["early_stopping"] == "never" and state["length_penalty"] > 0.0
+            length = (state["max_length"] if never else state["cur_len"]) - state["decoder_prompt_len"]
+            penalty = gnmt_length_penalty(length, state["length_penalty"])
+            state["running_beam_scores"] = state["running_beam_scores"] / penalty
+            state["length_penalty"] = 0.0
+        return super()._check_early_stop_heuristic(**state)
 
 
 __all__ = [

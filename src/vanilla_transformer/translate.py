@@ -82,16 +82,10 @@ def translate_lines(
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    texts = [line.strip() for line in lines]
-    translations = [""] * len(texts)
-    to_translate = [index for index, text in enumerate(texts) if text]
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length)
     if not to_translate:
         return translations
-    input_ids = tokenizer([texts[index] for index in to_translate])["input_ids"]
     lengths = [len(ids) for ids in input_ids]
-    _warn_long_lines(
-        [(to_translate[k] + 1, length) for k, length in enumerate(lengths)], warn_length or tokenizer.model_max_length
-    )
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
@@ -109,6 +103,20 @@ def translate_lines(
     finally:
         model.train(was_training)
     return translations
+
+
+def tokenize_lines(tokenizer: PreTrainedTokenizerBase, lines: Sequence[str], warn_length: int | None = None):
+    """What every backend does first: `translations` ("" for each line), the indices of the non-empty lines
+    (`to_translate`) and their token ids, with a warning for lines longer than `warn_length` (default:
+    `tokenizer.model_max_length`)."""
+    texts = [line.strip() for line in lines]
+    translations = [""] * len(texts)
+    to_translate = [index for index, text in enumerate(texts) if text]
+    input_ids = tokenizer([texts[index] for index in to_translate])["input_ids"] if to_translate else []
+    _warn_long_lines(
+        [(to_translate[k] + 1, len(ids)) for k, ids in enumerate(input_ids)], warn_length or tokenizer.model_max_length
+    )
+    return translations, to_translate, input_ids
 
 
 def _length_sorted_batches(lengths: list[int], batch_size: int, max_tokens: int | None) -> list[list[int]]:
