@@ -124,6 +124,30 @@ def test_encoder_runs_once_and_cross_attention_projects_once(tiny_model, batch):
     assert calls == {"encoder": 1, "cross_k": 1, "self_k": 6}
 
 
+def test_beam_search_reorders_only_the_self_attention_cache(tiny_model, batch, monkeypatch):
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=4, max_new_tokens=8,
+                  return_dict_in_generate=True, output_scores=True)
+    model_class = type(tiny_model)
+    ours = model_class._reorder_cache
+    cross_keys_kept = []
+
+    def watched(self, cache, beam_idx):
+        keys = [layer.keys for layer in cache.cross_attention_cache.layers]
+        cache = ours(self, cache, beam_idx)
+        cross_keys_kept.append(all(layer.keys is key for layer, key in zip(cache.cross_attention_cache.layers, keys)))
+        return cache
+
+    monkeypatch.setattr(model_class, "_reorder_cache", watched)
+    kept = tiny_model.generate(**inputs)
+    assert len(cross_keys_kept) >= 7 and all(cross_keys_kept)  # never copied
+
+    # transformers' default for a cache without the hook: reorder every layer, cross-attention included.
+    monkeypatch.setattr(model_class, "_reorder_cache", lambda self, cache, beam_idx: cache.reorder_cache(beam_idx) or cache)
+    copied = tiny_model.generate(**inputs)
+    assert torch.equal(kept.sequences, copied.sequences)
+    torch.testing.assert_close(kept.sequences_scores, copied.sequences_scores)
+
+
 def all_finished_hypotheses(model, input_ids, max_tokens):
     """Brute force: every output of at most max_tokens tokens ending with </s>, with its log-probability."""
     words = [token for token in range(model.config.vocab_size) if token != EOS]

@@ -445,13 +445,17 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             if isinstance(past_key_values, EncoderDecoderCache)
             else past_key_values
         )
-        # Position i attends to positions <= i only (section 3.2.3), and never to padding.
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
+        # Position i attends to positions <= i only (section 3.2.3), and never to padding. A decoding step without
+        # target padding has one new position, which attends to every cached one: nothing to mask, nothing to build.
+        if hidden_states.shape[1] == 1 and attention_mask is None:
+            causal_mask = None
+        else:
+            causal_mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=attention_mask,
+                past_key_values=self_attention_cache,
+            )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -688,6 +692,17 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
         finally:
             self._gnmt_length_penalty = False
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's hook to keep the cache of the hypotheses it extends (`beam_idx` picks, for every row, a row of
+        the same sentence). Only the self-attention cache differs between hypotheses; the encoder-decoder attention's
+        keys and values are those of the sentence, the same in all its rows, so they stay where they are instead of
+        being copied at every step."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     # transformers' beam search divides the score of each finished hypothesis by |Y| ** length_penalty and offers no
     # public hook for another penalty. These two thin overrides of the methods that apply it hand it GNMT's lp(Y)
