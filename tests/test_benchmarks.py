@@ -89,6 +89,22 @@ def test_train_throughput_smoke(data_dir, tmp_path):
         assert 0 < stats["last_loss"] < 2 * math.log(report["settings"]["vocab_size"])
 
 
+def test_ct2_speed_smoke(data_dir, tmp_path):
+    stdout, report = run_smoke("ct2_speed", data_dir, tmp_path)
+    header, *rows = table_rows(stdout)
+    assert header[3:] == ["ours, CT2 tok/s", "Marian, CT2 tok/s", "MarianMTModel.generate tok/s",
+                          "ours CT2 / Marian CT2", "ours CT2 / MarianMTModel"]
+    assert [(row[0], row[1]) for row in rows] == [("greedy", "1"), ("greedy", "32"), ("beam 4", "1"), ("beam 4", "32")]
+    for result, row in zip(report["results"], rows):
+        engines = [result[name] for name in ("ours_ct2", "marian_ct2", "marian_generate")]
+        assert all(engine["median"] > 0 for engine in engines)
+        assert result["ours_ct2_over_marian_ct2"] == pytest.approx(engines[0]["median"] / engines[1]["median"])
+        assert row[-2:] == [f"{result['ours_ct2_over_marian_ct2']:.2f}", f"{result['ours_ct2_over_marian_generate']:.2f}"]
+        # Forced lengths: every engine decodes exactly N tokens for every sentence.
+        expected = result["sentences"] * report["settings"]["new_tokens"]
+        assert [engine["generated_tokens"] for engine in engines] == [expected] * 3
+
+
 class StandInTokenizer:
     pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
 
