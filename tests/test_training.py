@@ -13,12 +13,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.number_words import number_words_corpus
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import (
     TokenBatchSeq2SeqTrainer,
+    label_smoothed_cross_entropy,
     paper_learning_rate,
     paper_training_arguments,
     tokenize_pairs,
@@ -79,6 +81,31 @@ def test_learning_rate_follows_section_5_3_at_1_warmup_and_4_warmup(tmp_path):
     assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9 and group["weight_decay"] == 0.0
     assert trainer.label_smoother.epsilon == 0.1
     assert args.max_grad_norm == 0.0  # the paper clips no gradients
+
+
+@pytest.mark.parametrize("num_items_in_batch", [None, 23])
+def test_fused_label_smoothed_loss_equals_transformers_label_smoother(num_items_in_batch):
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, requires_grad=True)
+    labels = torch.randint(0, 11, (3, 5)).masked_fill(torch.tensor([[0, 0, 0, 1, 1], [0] * 5, [0, 1, 1, 1, 1]]) == 1, -100)
+    ours = label_smoothed_cross_entropy(0.1)({"logits": logits}, labels, num_items_in_batch=num_items_in_batch)
+    (ours_grad,) = torch.autograd.grad(ours, logits)
+    theirs = LabelSmoother(epsilon=0.1)({"logits": logits}, labels, num_items_in_batch=num_items_in_batch)
+    (theirs_grad,) = torch.autograd.grad(theirs, logits)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours_grad, theirs_grad)
+
+
+def test_token_batch_trainer_computes_the_label_smoothed_loss_of_seq2seq_trainer(tokenizer, tokenized, tmp_path):
+    model = small_model(tokenizer).eval()
+    args = paper_training_arguments(str(tmp_path), d_model=64, warmup_steps=10, report_to=[])
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    batch = collator([tokenized["train"][i] for i in range(8)])
+    ours = TokenBatchSeq2SeqTrainer(model=model, args=args, data_collator=collator, max_tokens=512)
+    plain = Seq2SeqTrainer(model=model, args=args, data_collator=collator)
+    assert ours.compute_loss_func is not None and plain.compute_loss_func is None
+    with torch.no_grad():
+        torch.testing.assert_close(ours.compute_loss(model, dict(batch)), plain.compute_loss(model, dict(batch)))
 
 
 def test_trainer_batches_hold_at_most_max_tokens(tokenizer, tokenized, tmp_path):

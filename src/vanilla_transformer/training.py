@@ -7,6 +7,8 @@
 """
 
 import numpy as np
+import torch
+from torch.nn import functional as F
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_utils import seed_worker
@@ -47,6 +49,27 @@ def paper_training_arguments(
     return Seq2SeqTrainingArguments(output_dir=output_dir, **{**recipe, **overrides})
 
 
+def label_smoothed_cross_entropy(epsilon: float):
+    """Section 5.4's label smoothing as a Trainer `compute_loss_func`: the loss of transformers' `LabelSmoother`,
+    (1 - epsilon) * NLL + epsilon * mean over the vocabulary of -log p, summed over the target tokens (labels -100
+    ignored) and divided by `num_items_in_batch` (the whole accumulated batch's token count) when the Trainer gives
+    it, else by this batch's. It is torch's fused `cross_entropy(label_smoothing=epsilon)`, which makes fewer passes
+    over the (tokens x vocabulary) logits than `LabelSmoother` does, forward and backward."""
+
+    def compute_loss(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        loss = F.cross_entropy(
+            logits.flatten(0, -2), labels.flatten(), ignore_index=-100, label_smoothing=epsilon, reduction="sum"
+        )
+        if num_items_in_batch is None:
+            num_items_in_batch = (labels != -100).sum()
+        elif torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        return loss / num_items_in_batch
+
+    return compute_loss
+
+
 class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the batching of section 5.1: each training batch holds about `max_tokens` source and
     target tokens (padding included) of pairs of similar length, reshuffled every epoch. Under several processes
@@ -56,6 +79,9 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     def __init__(self, *args, max_tokens: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
+            # The same loss as the Trainer's LabelSmoother, fused (see `label_smoothed_cross_entropy`).
+            self.compute_loss_func = label_smoothed_cross_entropy(self.args.label_smoothing_factor)
 
     def get_train_dataloader(self) -> DataLoader:
         if self.max_tokens is None:
@@ -117,6 +143,7 @@ def translation_metrics(tokenizer):
 __all__ = [
     "PAPER_RECIPE",
     "TokenBatchSeq2SeqTrainer",
+    "label_smoothed_cross_entropy",
     "paper_learning_rate",
     "paper_training_arguments",
     "tokenize_pairs",
