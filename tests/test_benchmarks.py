@@ -37,10 +37,10 @@ def data_dir(tmp_path_factory):
     return folder
 
 
-def run_smoke(script: str, data_dir: Path, tmp_path: Path) -> tuple[str, dict]:
+def run_smoke(script: str, data_dir: Path, tmp_path: Path, *options: str) -> tuple[str, dict]:
     json_path = tmp_path / f"{script}.json"
     command = [sys.executable, str(BENCHMARKS / f"{script}.py"), "--smoke", "--data-dir", str(data_dir),
-               "--json", str(json_path)]
+               "--json", str(json_path), *options]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
     return result.stdout, json.loads(json_path.read_text())
@@ -103,6 +103,16 @@ def test_ct2_speed_smoke(data_dir, tmp_path):
         # Forced lengths: every engine decodes exactly N tokens for every sentence.
         expected = result["sentences"] * report["settings"]["new_tokens"]
         assert [engine["generated_tokens"] for engine in engines] == [expected] * 3
+
+
+def test_ct2_speed_smoke_without_generate(data_dir, tmp_path):
+    stdout, report = run_smoke("ct2_speed", data_dir, tmp_path, "--skip-generate")
+    header, *rows = table_rows(stdout)
+    assert header[3:] == ["ours, CT2 tok/s", "Marian, CT2 tok/s", "ours CT2 / Marian CT2"]
+    assert len(rows) == 4 and all("marian_generate" not in result for result in report["results"])
+    for result, row in zip(report["results"], rows):
+        assert row[-1] == f"{result['ours_ct2_over_marian_ct2']:.2f}"
+        assert result["ours_ct2"]["generated_tokens"] == result["marian_ct2"]["generated_tokens"]
 
 
 class StandInTokenizer:
