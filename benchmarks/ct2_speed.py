@@ -42,7 +42,7 @@ from common import (
     read_lines,
     summary,
 )
-from generate_speed import source_batches
+from generate_speed import decode_all, source_batches
 
 from vanilla_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
@@ -113,19 +113,6 @@ def ct2_decode_all(translator, token_batches: list[list[list[str]]], beams: int,
     return time.perf_counter() - start, tokens
 
 
-def generate_decode_all(model, batches: list[dict], beams: int, new_tokens: int, alpha: float):
-    kwargs = dict(num_beams=beams, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
-    if beams > 1:
-        kwargs.update(length_penalty=alpha, early_stopping=True)
-    tokens = 0
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for batch in batches:
-            sequences = model.generate(**batch, **kwargs)
-            tokens += sequences.shape[0] * (sequences.shape[1] - 1)
-    return time.perf_counter() - start, tokens
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.threads is not None:
@@ -157,8 +144,11 @@ def main(argv=None):
 
     def run(engine, beams, batch_size, limit=None):
         if engine == "marian_generate":
-            return generate_decode_all(models["marian"], batches[batch_size][:limit], beams, args.new_tokens,
-                                       args.length_penalty)
+            kwargs = dict(num_beams=beams, do_sample=False, min_new_tokens=args.new_tokens,
+                          max_new_tokens=args.new_tokens)
+            if beams > 1:
+                kwargs.update(length_penalty=args.length_penalty, early_stopping=True)
+            return decode_all(models["marian"], batches[batch_size][:limit], kwargs)
         return ct2_decode_all(translators[engine], token_batches[batch_size][:limit], beams, args.new_tokens,
                               args.length_penalty)
 
@@ -187,7 +177,8 @@ def main(argv=None):
             ours_ct2_over_marian_ct2=stats["ours_ct2"]["median"] / stats["marian_ct2"]["median"],
         ))
         if "marian_generate" in stats:
-            results[-1]["ours_ct2_over_marian_generate"] = stats["ours_ct2"]["median"] / stats["marian_generate"]["median"]
+            ratio = stats["ours_ct2"]["median"] / stats["marian_generate"]["median"]
+            results[-1]["ours_ct2_over_marian_generate"] = ratio
     progress.close()
 
     env = environment()

@@ -445,17 +445,13 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             if isinstance(past_key_values, EncoderDecoderCache)
             else past_key_values
         )
-        # Position i attends to positions <= i only (section 3.2.3), and never to padding. A decoding step without
-        # target padding has one new position, which attends to every cached one: nothing to mask, nothing to build.
-        if hidden_states.shape[1] == 1 and attention_mask is None:
-            causal_mask = None
-        else:
-            causal_mask = create_causal_mask(
-                config=self.config,
-                inputs_embeds=hidden_states,
-                attention_mask=attention_mask,
-                past_key_values=self_attention_cache,
-            )
+        # Position i attends to positions <= i only (section 3.2.3), and never to padding.
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
+        )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
