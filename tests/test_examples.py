@@ -43,5 +43,11 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     (bleu,) = [result for result in card.data.eval_results if result.metric_type == "bleu"]
     assert bleu.metric_value == pytest.approx(rows[0]["bleu"], abs=0.01)
     assert card.data.language == ["en", "de"]
+    # The card also shows the whole results table and the plots, which sit next to it.
+    for row in rows:
+        assert f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} |" in card.text
+    for name in ("training", "attention_encoder", "attention_decoder", "attention_cross"):
+        assert f"]({name}.png)" in card.text
+        assert (out / "averaged" / f"{name}.png").read_bytes() == (out / "plots" / f"{name}.png").read_bytes()
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert any("eval_bleu" in entry for entry in history)  # validation BLEU for the plot

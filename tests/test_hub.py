@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import huggingface_hub
 import pytest
@@ -21,7 +22,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import vanilla_transformer
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main as cli
-from vanilla_transformer.hub import model_card, push_to_hub
+from vanilla_transformer.hub import model_card, push_to_hub, write_model_card
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import paper_training_arguments
 
@@ -227,6 +228,41 @@ def test_model_card_command(saved_model, tmp_path):
     assert "| Multi30k (1,000 sentences) | test_2016_flickr | 33.99 | 57.11 |" in card.text
 
 
+def card_with_plot(tmp_path) -> tuple[dict, Path]:
+    """Card facts with a results table of variants and one figure, and the run folder holding that figure."""
+    run = tmp_path / "run"
+    (run / "plots").mkdir(parents=True)
+    (run / "plots" / "training.png").write_bytes(b"\x89PNG\r\n\x1a\n a training curve")
+    facts = dict(CARD_RESULTS, variants=[
+        {"model": "average of the last 5 checkpoints", "decoding": "beam 4", "bleu": 33.987, "chrf": 57.111},
+        {"model": "last checkpoint (step 120)", "decoding": "greedy", "bleu": 31.5, "chrf": None},
+    ], figures=[{"file": "plots/training.png", "caption": "Loss against steps"}])
+    return facts, run
+
+
+def test_card_shows_variants_and_figures(saved_model, tmp_path):
+    facts, run = card_with_plot(tmp_path)
+    out = tmp_path / "card" / "README.md"
+
+    text = write_model_card(saved_model, out, facts, run_dir=run).text
+
+    assert "The same test set with other checkpoints and decoding (Multi30k test_2016_flickr):" in text
+    assert "| average of the last 5 checkpoints | beam 4 | 33.99 | 57.11 |" in text
+    assert "| last checkpoint (step 120) | greedy | 31.50 |  |" in text
+    assert "![Loss against steps](training.png)" in text
+    # The card names the figure by its file name, so the figure is written next to it.
+    assert (out.parent / "training.png").read_bytes() == (run / "plots" / "training.png").read_bytes()
+    assert ModelCard.load(out).text == text
+
+
+def test_card_refuses_a_missing_figure(saved_model, tmp_path):
+    facts, run = card_with_plot(tmp_path)
+    (run / "plots" / "training.png").unlink()
+
+    with pytest.raises(FileNotFoundError, match="'plots/training.png' is not in the run folder"):
+        model_card(saved_model, facts, run_dir=run)
+
+
 # --- pushing --------------------------------------------------------------------------------------------------------
 
 
@@ -274,6 +310,16 @@ def test_push_command(saved_model, hub, tmp_path):
     card = ModelCard(commit["files"]["README.md"].decode("utf-8"))
     assert card.data.license == "mit"
     assert [r.metric_value for r in card.data.eval_results] == [33.99, 57.11]
+
+
+def test_push_uploads_the_figures_of_the_card(saved_model, hub, tmp_path):
+    facts, run = card_with_plot(tmp_path)
+
+    push_to_hub(saved_model, REPO_ID, results=facts, run_dir=run)
+
+    [commit] = hub["commits"]
+    assert commit["files"]["training.png"] == (run / "plots" / "training.png").read_bytes()
+    assert "![Loss against steps](training.png)" in commit["files"]["README.md"].decode("utf-8")
 
 
 def test_push_refuses_a_folder_without_tokenizer(saved_model, hub, tmp_path):

@@ -39,7 +39,7 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
 
 
 def model_card_command(argv: list[str]) -> None:
-    from .hub import model_card
+    from .hub import write_model_card
 
     parser = argparse.ArgumentParser(
         prog="vanilla-transformer model-card",
@@ -47,10 +47,9 @@ def model_card_command(argv: list[str]) -> None:
     )
     _card_arguments(parser, "--results")
     parser.add_argument("--repo-id", help="USER/NAME used in the card's usage examples.")
-    parser.add_argument("--out", required=True, help="Where to write the card, e.g. model_cards/NAME.md.")
+    parser.add_argument("--out", required=True, help="Where to write the card, e.g. model_cards/NAME/README.md; its figures are copied next to it.")
     args = parser.parse_args(argv)
-    card = model_card(args.model, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license)
-    card.save(args.out)
+    write_model_card(args.model, args.out, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license)
     print(f"model card written to {args.out}")
 
 

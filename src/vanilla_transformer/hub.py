@@ -24,13 +24,19 @@ TensorBoard callback logs) and the evaluation results, rendered with `model_card
 - `source_lang`, `target_lang`: language codes, when the config does not carry them;
 - `datasets`: Hub ids of the training data; `training_data`: a sentence describing it;
 - `training`: recipe facts the training arguments do not hold, e.g. `{"max_tokens": 4096}`;
-- `samples`: `[{"source": ..., "reference": ..., "hypothesis": ...}]`.
+- `samples`: `[{"source": ..., "reference": ..., "hypothesis": ...}]`;
+- `variants`: the first evaluation's test set scored other ways, shown as a table, e.g.
+  `[{"model": "last checkpoint (step 2600)", "decoding": "greedy", "bleu": 34.77, "chrf": 58.54}]`;
+- `figures`: PNG plots shown in the card, `[{"file": "plots/training.png", "caption": "..."}]`, the file relative to
+  the run folder. The card names each by its file name, so [`write_model_card`] and [`push_to_hub`] put the files
+  next to the card.
 """
 
 import json
 import math
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -86,6 +92,7 @@ def model_card(
     training_args = _logged_training_arguments(run_dir)
     trainer_state = _read_json(run_dir / "trainer_state.json")
     samples = [_sample(sample) for sample in facts.get("samples") or []]
+    figures = [dict(name=path.name, caption=caption) for path, caption in _figures(facts, run_dir)]
     datasets = facts.get("datasets") or sorted({e["dataset_id"] for e in evaluations if e["dataset_id"]}) or None
 
     card_data = ModelCardData(
@@ -115,9 +122,31 @@ def model_card(
         datasets=datasets,
         evaluations=evaluations,
         samples=samples,
+        variants=facts.get("variants") or [],
+        figures=figures,
         example=repr(samples[0]["source"] if samples else "A man is riding a bicycle."),  # a Python literal
         citation=PAPER_CITATION,
     )
+
+
+def write_model_card(
+    model_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    results: dict | str | os.PathLike | None = None,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    repo_id: str | None = None,
+    license: str = "apache-2.0",
+) -> ModelCard:
+    """[`model_card`] saved as `out` (e.g. `model_cards/NAME/README.md`), with the figures it shows copied next to it."""
+    out = Path(out)
+    card = model_card(model_dir, results, run_dir=run_dir, repo_id=repo_id, license=license)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    card.save(out)
+    for path, _ in _figures(_read_results(results, Path(run_dir or model_dir)), Path(run_dir or model_dir)):
+        if not (out.parent / path.name).exists() or not (out.parent / path.name).samefile(path):
+            shutil.copyfile(path, out.parent / path.name)
+    return card
 
 
 def push_to_hub(
@@ -153,8 +182,9 @@ def push_to_hub(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         # The card describes the folder as uploaded (its code files and generation config).
-        card = model_card(staging, results, run_dir=run_dir or model_dir, repo_id=repo_id, license=license)
-        card.save(Path(staging) / "README.md")
+        write_model_card(
+            staging, Path(staging) / "README.md", results, run_dir=run_dir or model_dir, repo_id=repo_id, license=license
+        )
         operations = [
             CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
             for path in sorted(Path(staging).rglob("*"))
@@ -224,6 +254,20 @@ def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -
         decoding=entry.get("decoding"),
         eval_results=eval_results,
     )
+
+
+def _figures(facts: dict, run_dir: Path) -> list[tuple[Path, str]]:
+    """(file, caption) of the card's figures; a missing file is an error, not a broken image on the Hub."""
+    figures = []
+    for figure in facts.get("figures") or []:
+        path = run_dir / figure["file"]
+        if not path.is_file():
+            raise FileNotFoundError(f"The card's figure {figure['file']!r} is not in the run folder {run_dir}.")
+        figures.append((path, figure.get("caption") or path.stem.replace("_", " ")))
+    names = [path.name for path, _ in figures]
+    if len(set(names)) < len(names):
+        raise ValueError(f"The card's figures must have different file names (they sit side by side): {names}.")
+    return figures
 
 
 def _sample(sample) -> dict:
@@ -339,6 +383,8 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
 def _learning_rate(d_model: int, args: dict) -> str:
     rate = args["learning_rate"]
     warmup = args.get("warmup_steps") or 0
+    if float(warmup).is_integer():  # transformers 5 stores warmup_steps as a float (it also takes a ratio)
+        warmup = int(warmup)
     if args.get("lr_scheduler_type") == "inverse_sqrt" and warmup >= 1:
         # transformers' inverse_sqrt with peak (d_model * warmup)^-0.5 is exactly section 5.3's formula.
         scale = rate * math.sqrt(d_model * warmup)
