@@ -47,7 +47,9 @@ def model_card_command(argv: list[str]) -> None:
     )
     _card_arguments(parser, "--results")
     parser.add_argument("--repo-id", help="USER/NAME used in the card's usage examples.")
-    parser.add_argument("--out", required=True, help="Where to write the card, e.g. model_cards/NAME/README.md; its figures are copied next to it.")
+    parser.add_argument(
+        "--out", required=True, help="Where to write the card, e.g. model_cards/NAME/README.md (its figures go beside it)."
+    )
     args = parser.parse_args(argv)
     write_model_card(args.model, args.out, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license)
     print(f"model card written to {args.out}")

@@ -139,13 +139,14 @@ def write_model_card(
     license: str = "apache-2.0",
 ) -> ModelCard:
     """[`model_card`] saved as `out` (e.g. `model_cards/NAME/README.md`), with the figures it shows copied next to it."""
-    out = Path(out)
+    out, run_dir = Path(out), Path(run_dir or model_dir)
     card = model_card(model_dir, results, run_dir=run_dir, repo_id=repo_id, license=license)
     out.parent.mkdir(parents=True, exist_ok=True)
     card.save(out)
-    for path, _ in _figures(_read_results(results, Path(run_dir or model_dir)), Path(run_dir or model_dir)):
-        if not (out.parent / path.name).exists() or not (out.parent / path.name).samefile(path):
-            shutil.copyfile(path, out.parent / path.name)
+    for path, _ in _figures(_read_results(results, run_dir), run_dir):
+        copy = out.parent / path.name
+        if not (copy.exists() and copy.samefile(path)):
+            shutil.copyfile(path, copy)
     return card
 
 
@@ -182,9 +183,8 @@ def push_to_hub(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         # The card describes the folder as uploaded (its code files and generation config).
-        write_model_card(
-            staging, Path(staging) / "README.md", results, run_dir=run_dir or model_dir, repo_id=repo_id, license=license
-        )
+        readme = Path(staging) / "README.md"
+        write_model_card(staging, readme, results, run_dir=run_dir or model_dir, repo_id=repo_id, license=license)
         operations = [
             CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
             for path in sorted(Path(staging).rglob("*"))
