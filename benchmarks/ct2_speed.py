@@ -42,7 +42,7 @@ from common import (
     read_lines,
     summary,
 )
-from generate_speed import decode_all, source_batches
+from generate_speed import decode_all, forced_length_kwargs, source_batches
 
 from vanilla_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
@@ -144,10 +144,7 @@ def main(argv=None):
 
     def run(engine, beams, batch_size, limit=None):
         if engine == "marian_generate":
-            kwargs = dict(num_beams=beams, do_sample=False, min_new_tokens=args.new_tokens,
-                          max_new_tokens=args.new_tokens)
-            if beams > 1:
-                kwargs.update(length_penalty=args.length_penalty, early_stopping=True)
+            kwargs = forced_length_kwargs(beams, args.new_tokens, args.length_penalty)
             return decode_all(models["marian"], batches[batch_size][:limit], kwargs)
         return ct2_decode_all(translators[engine], token_batches[batch_size][:limit], beams, args.new_tokens,
                               args.length_penalty)

@@ -82,6 +82,14 @@ def accepts_length_penalty_type(model, batch) -> bool:
     return True
 
 
+def forced_length_kwargs(beams: int, new_tokens: int, length_penalty: float) -> dict:
+    """generate() settings that decode exactly `new_tokens` tokens per sentence, greedy or with `beams` beams."""
+    kwargs = dict(num_beams=beams, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    if beams > 1:  # beam-search settings; given to greedy search they only raise warnings
+        kwargs.update(length_penalty=length_penalty, early_stopping=True)
+    return kwargs
+
+
 def decode_all(model, batches: list[dict], generate_kwargs: dict) -> tuple[float, int]:
     """Seconds to decode every batch, and the number of generated tokens (decoder start token excluded)."""
     tokens = 0
@@ -120,11 +128,7 @@ def main(argv=None):
     for beams, batch_size in cells:
         decoding = "greedy" if beams == 1 else f"beam {beams}"
         progress.set_postfix_str(f"{decoding}, batch {batch_size}")
-        generate_kwargs = dict(
-            num_beams=beams, do_sample=False, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens
-        )
-        if beams > 1:  # beam-search settings; given to greedy search they only raise warnings
-            generate_kwargs.update(length_penalty=args.length_penalty, early_stopping=True)
+        generate_kwargs = forced_length_kwargs(beams, args.new_tokens, args.length_penalty)
         cell_batches = batches[batch_size]
         for name in MODEL_NAMES:
             for _ in range(args.warmup):

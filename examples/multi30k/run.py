@@ -10,9 +10,10 @@ it is read where it is, never copied. Sizes: "cpu" is a scaled-down model (d_mod
 P_drop 0.1, 8,000-token BPE: 7.6M parameters) that trains 2,600 steps of ~2,048 tokens (10.4 epochs) in about an hour
 on 2 cores, since the base model would not get far in an hour there. Within an hour the model is still far from
 overfitting Multi30k, so what counts is the number of updates: batches of ~2,048 tokens instead of ~4,096 give twice
-as many for the same tokens, and the paper's P_drop 0.1 beats its big-model 0.3 (README has the runs). "base" is Table 3's base model for a GPU. Outputs in --output-dir: the run (checkpoints, trainer_state.json,
-TensorBoard logs), averaged/ (the model to share, with its README.md card and the plots it shows), results.json and
-results.md (the evaluation table), plots/*.png.
+as many for the same tokens, and the paper's P_drop 0.1 beats its big-model 0.3 (README has the runs). "base" is
+Table 3's base model for a GPU. Outputs in --output-dir: the run (checkpoints, trainer_state.json, TensorBoard logs),
+averaged/ (the model to share, with its README.md card and the plots it shows), results.json and results.md (the
+evaluation table), plots/*.png.
 """
 
 import argparse

@@ -140,10 +140,11 @@ def write_model_card(
 ) -> ModelCard:
     """[`model_card`] saved as `out` (e.g. `model_cards/NAME/README.md`), with the figures it shows copied next to it."""
     out, run_dir = Path(out), Path(run_dir or model_dir)
-    card = model_card(model_dir, results, run_dir=run_dir, repo_id=repo_id, license=license)
+    facts = _read_results(results, run_dir)
+    card = model_card(model_dir, facts, run_dir=run_dir, repo_id=repo_id, license=license)
     out.parent.mkdir(parents=True, exist_ok=True)
     card.save(out)
-    for path, _ in _figures(_read_results(results, run_dir), run_dir):
+    for path, _ in _figures(facts, run_dir):
         copy = out.parent / path.name
         if not (copy.exists() and copy.samefile(path)):
             shutil.copyfile(path, copy)
