@@ -512,10 +512,10 @@ def test_incremental_decoding_offsets_positions_by_cache_length():
                 encoder_outputs=encoder_outputs,
                 attention_mask=src_mask,
                 decoder_input_ids=tgt[:, t : t + 1],
-                past_key_values=past,
+                cache=past,
                 use_cache=True,
             )
-            past = out.past_key_values
+            past = out.cache
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=0)
 

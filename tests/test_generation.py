@@ -86,6 +86,16 @@ def test_decoding_modes(tiny_model, batch):
     greedy = tiny_model.generate(**inputs, num_beams=1, max_new_tokens=8)
     greedy_uncached = tiny_model.generate(**inputs, num_beams=1, max_new_tokens=8, use_cache=False)
     assert torch.equal(greedy, greedy_uncached)
+    # The cache generate() hands the model (named `cache` since transformers 5.24) is the one the model extends:
+    # 40 forced steps, greedy and beam, give what re-running the whole prefix at every step gives.
+    # The scores, not just the tokens: a random model's arg-max barely depends on the context.
+    for num_beams in (1, 4):
+        forced = dict(num_beams=num_beams, min_new_tokens=40, max_new_tokens=40, return_dict_in_generate=True,
+                      output_scores=True)
+        cached = tiny_model.generate(**inputs, **forced)
+        uncached = tiny_model.generate(**inputs, **forced, use_cache=False)
+        assert cached.sequences.shape[1] == 41 and torch.equal(cached.sequences, uncached.sequences)
+        torch.testing.assert_close(torch.stack(cached.scores), torch.stack(uncached.scores), atol=1e-4, rtol=1e-4)
     # Greedy picks the arg-max of the model's own next-token distribution at every step.
     logits = tiny_model(**inputs, decoder_input_ids=greedy[:, :-1]).logits
     alive = torch.ones(2, dtype=torch.bool)

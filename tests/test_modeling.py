@@ -98,10 +98,10 @@ def test_cached_step_by_step_decoding_equals_full_forward(tiny_config, batch, at
                 attention_mask=batch["attention_mask"],
                 decoder_input_ids=targets[:, t : t + 1],
                 decoder_attention_mask=batch["decoder_attention_mask"][:, : t + 1],
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
-            cache = out.past_key_values
+            cache = out.cache
             steps.append(out.logits)
     assert isinstance(cache, EncoderDecoderCache)
     assert cache.self_attention_cache.get_seq_length() == targets.shape[1]

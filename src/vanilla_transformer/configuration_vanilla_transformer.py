@@ -44,7 +44,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     ```"""
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

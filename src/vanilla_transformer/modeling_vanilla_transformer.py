@@ -26,6 +26,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -172,7 +173,7 @@ class VanillaTransformerAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
@@ -181,12 +182,12 @@ class VanillaTransformerAttention(nn.Module):
         query = self.q_proj(hidden_states).view(batch_size, q_len, -1, self.head_dim).transpose(1, 2)
 
         layer_cache = None
-        if isinstance(past_key_values, EncoderDecoderCache):
-            layer_cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-        elif past_key_values is not None and not is_cross_attention:
-            layer_cache = past_key_values
+        if isinstance(cache, EncoderDecoderCache):
+            layer_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+        elif cache is not None and not is_cross_attention:
+            layer_cache = cache
 
-        if is_cross_attention and layer_cache is not None and past_key_values.is_updated.get(self.layer_idx):
+        if is_cross_attention and layer_cache is not None and cache.is_updated.get(self.layer_idx):
             # The encoder output does not change while decoding: its keys and values were projected once.
             key = layer_cache.layers[self.layer_idx].keys
             value = layer_cache.layers[self.layer_idx].values
@@ -198,7 +199,7 @@ class VanillaTransformerAttention(nn.Module):
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, scaled_dot_product_attention
@@ -289,15 +290,15 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
         def masked_self_attention(x):
-            return self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
+            return self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0]
 
         def encoder_decoder_attention(x):
             return self.encoder_attn(
-                x, encoder_hidden_states, encoder_attention_mask, past_key_values=past_key_values, **kwargs
+                x, encoder_hidden_states, encoder_attention_mask, cache=cache, **kwargs
             )[0]
 
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, masked_self_attention)
@@ -424,33 +425,34 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # transformers >= 5.24 calls it cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_len = cache.get_seq_length() if cache is not None else 0
         hidden_states = embed_with_positions(self, input_ids, inputs_embeds, past_len, name="decoder_input_ids")
 
         self_attention_cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
+            cache.self_attention_cache
+            if isinstance(cache, EncoderDecoderCache)
+            else cache
         )
         # Position i attends to positions <= i only (section 3.2.3), and never to padding.
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
+            cache=self_attention_cache,
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -464,13 +466,13 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
                 causal_mask,
                 encoder_hidden_states,  # positional, so gradient checkpointing passes it through
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
+            last_hidden_state=hidden_states, cache=cache
         )
 
 
@@ -510,6 +512,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.decoder.embed_tokens = value
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # transformers >= 5.24 calls it cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -517,7 +520,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -535,14 +538,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -579,6 +582,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.lm_head = value
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # transformers >= 5.24 calls it cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -586,7 +590,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -604,7 +608,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -621,7 +625,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            cache=outputs.cache,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -689,16 +693,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         finally:
             self._gnmt_length_penalty = False
 
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search's hook to keep the cache of the hypotheses it extends (`beam_idx` picks, for every row, a row of
         the same sentence). Only the self-attention cache differs between hypotheses; the encoder-decoder attention's
         keys and values are those of the sentence, the same in all its rows, so they stay where they are instead of
         being copied at every step."""
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
         else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
+            cache.reorder_cache(beam_idx)
+        return cache
 
     # transformers' beam search divides the score of each finished hypothesis by |Y| ** length_penalty and offers no
     # public hook for another penalty. These two thin overrides of the methods that apply it hand it GNMT's lp(Y)
