@@ -32,7 +32,7 @@ def multi30k_like(tmp_path):
 def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", ["run.py", "--data-dir", str(multi30k_like), "--output-dir", str(out),
-                                      "--size", "smoke", "--seed", "1"])
+                                      "--size", "smoke", "--seed", "1", "--rescore-validation"])
     runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"), run_name="__main__")
     rows = json.loads((out / "results.json").read_text())
     assert [(row["decoding"]) for row in rows] == ["beam 4 (section 6.1)", "greedy"] * 2
@@ -50,4 +50,6 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
         assert f"]({name}.png)" in card.text
         assert (out / "averaged" / f"{name}.png").read_bytes() == (out / "plots" / f"{name}.png").read_bytes()
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    assert any("eval_bleu" in entry for entry in history)  # validation BLEU for the plot
+    assert any("eval_bleu" in entry for entry in history)  # validation BLEU for the plot ...
+    # ... and, with --rescore-validation, recomputed from the checkpoints at the validation steps (3 and 6).
+    assert [step for step, _ in json.loads((out / "validation_bleu.json").read_text())] == [3, 6]

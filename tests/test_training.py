@@ -20,6 +20,7 @@ from vanilla_transformer.number_words import number_words_corpus
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import (
     TokenBatchSeq2SeqTrainer,
+    TrainingTimeBudget,
     label_smoothed_cross_entropy,
     paper_learning_rate,
     paper_training_arguments,
@@ -216,6 +217,33 @@ def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, 
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "interrupted")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_time_budget_stops_with_a_checkpoint_and_the_same_weights_as_a_run_planned_that_short(
+    corpus, tokenizer_dir, tmp_path
+):
+    from vanilla_transformer.cli import main
+
+    # A budget spent by the end of the first step: the run stops there, writes checkpoint-1 although it planned
+    # 6 steps and no checkpoint, and (the schedule not depending on max_steps) equals a run planned for 1 step.
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "cut", "--max_steps", "6", "--save_steps", "100",
+                       "--max_train_minutes", "1e-9"))
+    assert json.loads((tmp_path / "cut" / "trainer_state.json").read_text())["global_step"] == 1
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "planned", "--max_steps", "1",
+                       "--save_strategy", "no"))
+    checkpoint = final_weights(tmp_path / "cut" / "checkpoint-1")
+    for name, tensor in final_weights(tmp_path / "planned").items():
+        assert torch.equal(checkpoint[name], tensor), name
+    # A budget that is not spent leaves the run as planned.
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "untouched", "--max_steps", "3",
+                       "--save_strategy", "no", "--max_train_minutes", "60"))
+    assert json.loads((tmp_path / "untouched" / "trainer_state.json").read_text())["global_step"] == 3
+
+
+@pytest.mark.parametrize("minutes", [0, -5.0, float("nan")])
+def test_time_budget_refuses_a_budget_that_is_not_a_positive_number_of_minutes(minutes):
+    with pytest.raises(ValueError, match="training time budget must be a positive number of minutes"):
+        TrainingTimeBudget(minutes)
 
 
 def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpus, tokenizer_dir, tmp_path):

@@ -33,6 +33,7 @@ from .tokenization import train_tokenizer
 from .training import (
     PAPER_RECIPE,
     TokenBatchSeq2SeqTrainer,
+    TrainingTimeBudget,
     paper_learning_rate,
     tokenize_pairs,
     translation_metrics,
@@ -89,6 +90,10 @@ class RecipeArguments:
     lr_scale: float = field(
         default=1.0, metadata={"help": "Multiplies the section 5.3 rate d_model^-0.5 * min(...). Ignored when "
                                        "--learning_rate is given."}
+    )
+    max_train_minutes: float | None = field(
+        default=None, metadata={"help": "Stop training (with a checkpoint) at the first step that ends after this "
+                                       "many minutes, even if --max_steps is not reached."}
     )
 
 
@@ -251,6 +256,7 @@ def main(argv: list[str] | None = None):
         processing_class=tokenizer,
         compute_metrics=translation_metrics(tokenizer),
         max_tokens=data_args.max_tokens or None,
+        callbacks=[TrainingTimeBudget(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes is not None else None,
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()  # model, tokenizer and generation config in output_dir
