@@ -93,10 +93,11 @@ def validation_bleu_from_checkpoints(run_dir: Path, sources: list[str], referenc
                                      **generate_kwargs):
     """[(step, BLEU)] of the saved checkpoints every `every` steps on the validation sentences, beam 4 (section
     6.1), recomputed after training: the curve of a run whose validation during training is not to be trusted."""
+    last_step = int(find_checkpoints(run_dir, 1)[0].name.split("-")[1])
     curve = []
-    for checkpoint in sorted(run_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1])):
-        step = int(checkpoint.name.split("-")[1])
-        if step % every == 0:
+    for step in range(every, last_step + 1, every):
+        checkpoint = run_dir / f"checkpoint-{step}"
+        if checkpoint.is_dir():
             curve.append((step, evaluate(checkpoint, sources, references, num_beams=4, **generate_kwargs)["bleu"]))
             print(f"validation BLEU at step {step}: {curve[-1][1]:.2f}", flush=True)
     return curve

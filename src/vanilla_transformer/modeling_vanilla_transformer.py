@@ -297,9 +297,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
             return self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0]
 
         def encoder_decoder_attention(x):
-            return self.encoder_attn(
-                x, encoder_hidden_states, encoder_attention_mask, cache=cache, **kwargs
-            )[0]
+            return self.encoder_attn(x, encoder_hidden_states, encoder_attention_mask, cache=cache, **kwargs)[0]
 
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, masked_self_attention)
         hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, encoder_decoder_attention)
@@ -442,11 +440,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         past_len = cache.get_seq_length() if cache is not None else 0
         hidden_states = embed_with_positions(self, input_ids, inputs_embeds, past_len, name="decoder_input_ids")
 
-        self_attention_cache = (
-            cache.self_attention_cache
-            if isinstance(cache, EncoderDecoderCache)
-            else cache
-        )
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # Position i attends to positions <= i only (section 3.2.3), and never to padding.
         causal_mask = create_causal_mask(
             config=self.config,
@@ -471,9 +465,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, cache=cache
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 # --- The model and its pre-softmax projection --------------------------------------------------------------------

@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None):
         processing_class=tokenizer,
         compute_metrics=translation_metrics(tokenizer),
         max_tokens=data_args.max_tokens or None,
-        callbacks=[TrainingTimeBudget(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes is not None else None,
+        callbacks=[TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else None,
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()  # model, tokenizer and generation config in output_dir

@@ -22,6 +22,7 @@ from .metrics import load_bleu, load_chrf
 
 logger = logging.getLogger(__name__)
 
+
 def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """Peak factor of section 5.3. transformers' `inverse_sqrt` schedule multiplies it by
     min(step / warmup, sqrt(warmup / step)), which gives exactly
