@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
+from transformers import GenerationConfig
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -32,17 +33,21 @@ def multi30k_like(tmp_path):
 def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", ["run.py", "--data-dir", str(multi30k_like), "--output-dir", str(out),
-                                      "--size", "smoke", "--seed", "1", "--rescore-validation"])
+                                      "--size", "smoke", "--seed", "1", "--average-last", "3",
+                                      "--length-penalty", "0.8"])
     runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"), run_name="__main__")
     rows = json.loads((out / "results.json").read_text())
-    assert [(row["decoding"]) for row in rows] == ["beam 4 (section 6.1)", "greedy"] * 2
-    assert rows[0]["model"].startswith("average of the last 5 checkpoints (steps 2-6)")
+    assert [(row["decoding"]) for row in rows] == ["beam 4, length penalty 0.8", "greedy"] * 2
+    assert rows[0]["model"].startswith("average of the last 3 checkpoints (steps 4-6)")
+    # The shared model decodes as its results were measured: pipeline() and the card read its generation config.
+    assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == 0.8
+    assert GenerationConfig.from_pretrained(out / "checkpoint-6").length_penalty == 0.6
     for name in ("training", "attention_encoder", "attention_decoder", "attention_cross"):
         assert (out / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     card = ModelCard.load(out / "averaged" / "README.md")
     (bleu,) = [result for result in card.data.eval_results if result.metric_type == "bleu"]
     assert bleu.metric_value == pytest.approx(rows[0]["bleu"], abs=0.01)
-    assert card.data.language == ["en", "de"]
+    assert card.data.language == ["en", "de"] and "beam size 4, length penalty 0.8" in card.text
     # The card also shows the whole results table and the plots, which sit next to it.
     for row in rows:
         assert f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} |" in card.text
@@ -50,6 +55,7 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
         assert f"]({name}.png)" in card.text
         assert (out / "averaged" / f"{name}.png").read_bytes() == (out / "plots" / f"{name}.png").read_bytes()
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    assert any("eval_bleu" in entry for entry in history)  # validation BLEU for the plot ...
-    # ... and, with --rescore-validation, recomputed from the checkpoints at the validation steps (3 and 6).
+    # Validation in training is its loss only (no generate() on the training clock); the BLEU curve for the plot is
+    # computed from the checkpoints at the validation steps (3 and 6) after training.
+    assert any("eval_loss" in entry for entry in history) and not any("eval_bleu" in entry for entry in history)
     assert [step for step, _ in json.loads((out / "validation_bleu.json").read_text())] == [3, 6]

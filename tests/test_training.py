@@ -319,6 +319,28 @@ def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
     assert splits["test"]["translation"] == [{"en": "one", "fr": "un"}, {"en": "two", "fr": "deux"}]
 
 
+@pytest.mark.parametrize("with_generate", [True, False])
+def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_generate, corpus, tokenizer_dir, tmp_path):
+    from vanilla_transformer.cli import main
+
+    sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
+    sources.write_text("one\n", encoding="utf-8")
+    targets.write_text("un\n", encoding="utf-8")
+    out = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, out, "--max_steps", "2", "--save_strategy", "no",
+                       "--validation_file", str(tmp_path / "pairs.tsv"), "--max_eval_samples", "8",
+                       "--eval_strategy", "steps", "--eval_steps", "2", "--test_source_file", str(sources),
+                       "--test_target_file", str(targets), "--generation_num_beams", "1",
+                       "--generation_max_length", "6", "--predict_with_generate", str(with_generate).lower()))
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    (validation,) = [entry for entry in history if "eval_loss" in entry]
+    assert validation["step"] == 2 and math.isfinite(validation["eval_loss"])
+    assert ("eval_bleu" in validation) == with_generate
+    # The test split is translated (beam search) only when generate() is on; without it the run ends on a
+    # validation loss instead of a crash on logits where token ids were expected.
+    assert (out / "test_results.json").exists() == with_generate
+
+
 def test_command_reports_test_results_and_writes_a_model_card(corpus, tokenizer_dir, tmp_path):
     from huggingface_hub import ModelCard
     from transformers import pipeline

@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None):
         eval_dataset=eval_dataset,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
-        compute_metrics=translation_metrics(tokenizer),
+        # Validation BLEU needs generate(); without --predict_with_generate validation reports its loss only.
+        compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
         max_tokens=data_args.max_tokens or None,
         callbacks=[TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else None,
     )
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None):
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
 
-    if "test" in tokenized:
+    if "test" in tokenized and training_args.predict_with_generate:
         report_test_results(trainer, splits["test"], tokenized["test"], data_args, tokenizer)
     elif eval_dataset is not None:
         metrics = trainer.evaluate(metric_key_prefix="eval")
