@@ -4,7 +4,6 @@ transformers pieces, resuming, the command line, and two-process DDP equal to on
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -251,7 +250,8 @@ def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpu
     accumulation steps sees the same global batches, and the Trainer normalises both by the global token count."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     common = ["--max_steps", "4", "--save_strategy", "no", "--dropout", "0.0"]
-    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+    # --standalone: torchrun's own rendezvous on a port the OS picks, so no other process can take it in between.
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "vanilla_transformer.cli",
            *train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "ddp", *common)]
     result = subprocess.run(ddp, env=env, capture_output=True, text=True, timeout=600)
@@ -274,12 +274,6 @@ def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpu
     initial = small_model_like(tmp_path / "single")
     assert all((initial[name] - tensor).abs().max() > 1e-3 for name, tensor in single_weights.items()
                if name.endswith("q_proj.weight"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def small_model_like(folder):
