@@ -283,6 +283,29 @@ def small_model_like(folder):
     return model.state_dict()
 
 
+def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(corpus, tokenizer_dir, tmp_path):
+    """The Multi30k cpu recipe's precision and kernel: --bf16 --use_cpu autocasts the products to bfloat16 (losses
+    close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one."""
+    from vanilla_transformer.train import main
+
+    def losses(trainer):
+        return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+    steps = ("--max_steps", "4", "--save_strategy", "no")
+    fp32 = main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "fp32", *steps)[1:])
+    bf16 = main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "bf16", *steps, "--bf16", "true",
+                              "--use_cpu", "true", "--attn_implementation", "eager")[1:])
+    assert fp32.model.config._attn_implementation == "sdpa"  # transformers' default
+    assert bf16.model.config._attn_implementation == "eager"
+    assert len(losses(bf16)) == 4 and losses(bf16) != losses(fp32)
+    assert losses(bf16) == pytest.approx(losses(fp32), rel=0.02)
+    # Fine-tuning a saved model: the kernel is a loading option, as in from_pretrained.
+    tuned = main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "tuned", "--max_steps", "1",
+                               "--save_strategy", "no", "--model_name_or_path", str(tmp_path / "fp32"),
+                               "--attn_implementation", "eager")[1:])
+    assert tuned.model.config._attn_implementation == "eager"
+
+
 def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
     from vanilla_transformer.train import parse_arguments
 

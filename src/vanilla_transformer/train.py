@@ -58,6 +58,11 @@ class ModelArguments:
     dropout: float | None = field(default=None, metadata={"help": "Override the preset's P_drop."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "A saved tokenizer folder to use."})
     vocab_size: int = field(default=37000, metadata={"help": "Size of the shared BPE vocabulary to train."})
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "Attention kernel (eager, sdpa, flash_attention_2, ...); default: transformers' choice. "
+                          "With --bf16 on a CPU, eager trains faster than sdpa (README, Multi30k)."},
+    )
 
 
 @dataclass
@@ -195,7 +200,8 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
 
 def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
     if model_args.model_name_or_path:
-        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        kernel = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
+        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, **kernel)
     sizes = {
         name: value
         for name, value in dict(d_model=model_args.d_model, dropout=model_args.dropout).items()
@@ -219,7 +225,10 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         **sizes,
     )
     # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
-    return VanillaTransformerForConditionalGeneration(config)
+    model = VanillaTransformerForConditionalGeneration(config)
+    if model_args.attn_implementation:
+        model.set_attn_implementation(model_args.attn_implementation)
+    return model
 
 
 def main(argv: list[str] | None = None):
