@@ -205,8 +205,20 @@ def test_card_from_training_run(run_dir):
         "| label smoothing (5.4) | 0.1 |",
         "| gradient clipping | none |",
         "| steps | 120 (3.0 epochs) |",
+        "| precision | fp32 |",
     ]:
         assert row in card.text
+
+
+@pytest.mark.parametrize("flags, precision", [
+    ({"bf16": False}, "fp32"),
+    ({"bf16": True}, "bf16 mixed precision (float32 weights)"),
+    ({"bf16": False, "fp16": True}, "fp16 mixed precision (float32 weights)"),
+])
+def test_card_names_the_precision_of_the_run(flags, precision):
+    from vanilla_transformer.hub import _recipe_rows
+
+    assert ("precision", precision) in _recipe_rows(VanillaTransformerConfig(), flags, None, {})
 
 
 def test_card_without_results(saved_model):

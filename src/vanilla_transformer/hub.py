@@ -375,7 +375,9 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
     elif "max_steps" in args and args["max_steps"] > 0:
         rows.append(("steps", f"{args['max_steps']:,}"))
     if "bf16" in args:
-        rows.append(("precision", "bf16" if args["bf16"] else "fp16" if args.get("fp16") else "fp32"))
+        # The Trainer's --bf16 / --fp16 are mixed precision: autocast products, float32 weights and optimizer.
+        mixed = "bf16" if args["bf16"] else "fp16" if args.get("fp16") else None
+        rows.append(("precision", f"{mixed} mixed precision (float32 weights)" if mixed else "fp32"))
     if "seed" in args:
         rows.append(("seed", f"{args['seed']}"))
     return rows
