@@ -200,8 +200,9 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
 
 def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
     if model_args.model_name_or_path:
-        kernel = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
-        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, **kernel)
+        return AutoModelForSeq2SeqLM.from_pretrained(
+            model_args.model_name_or_path, attn_implementation=model_args.attn_implementation
+        )
     sizes = {
         name: value
         for name, value in dict(d_model=model_args.d_model, dropout=model_args.dropout).items()
@@ -222,13 +223,11 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         decoder_start_token_id=tokenizer.bos_token_id,
         source_lang=data_args.source_lang,
         target_lang=data_args.target_lang,
+        attn_implementation=model_args.attn_implementation,  # None: transformers' choice
         **sizes,
     )
     # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
-    model = VanillaTransformerForConditionalGeneration(config)
-    if model_args.attn_implementation:
-        model.set_attn_implementation(model_args.attn_implementation)
-    return model
+    return VanillaTransformerForConditionalGeneration(config)
 
 
 def main(argv: list[str] | None = None):
