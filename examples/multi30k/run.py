@@ -64,6 +64,13 @@ PAPER_DECODING = dict(average_last=5, length_penalty=0.6)
 DECODING = {"cpu": dict(average_last=20, length_penalty=1.0)}
 
 
+def flag_value(flags: list[str], name: str, type=str):
+    """The value `train` reads for option `name` from `flags` (the last one given)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument(name, type=type)
+    return vars(parser.parse_known_args(flags)[0])[name.lstrip("-")]
+
+
 def read_lines(path: Path, limit: int | None = None) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as file:
         lines = [line.rstrip("\n") for line in file]
@@ -87,7 +94,7 @@ def train_run(args, data: Path, limit: int | None):
         "--source_lang", "en", "--target_lang", "de", "--vocab_size", "8000", "--seed", str(args.seed),
         "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps), "--max_eval_samples", "200",
         "--per_device_eval_batch_size", "64", "--output_dir", str(args.output_dir), "--disable_tqdm", "true",
-        *SIZES[args.size], *args.train_overrides,
+        *args.train_flags,
     ])
 
 
@@ -160,7 +167,8 @@ def main(argv=None):
     parser.add_argument("--rescore-validation", action="store_true",
                         help="Recompute the validation BLEU curve from the checkpoints every --eval-steps steps "
                              "(saved as validation_bleu.json) even when training logged it (--size base does).")
-    args, args.train_overrides = parser.parse_known_args(argv)
+    args, overrides = parser.parse_known_args(argv)
+    args.train_flags = [*SIZES[args.size], *overrides]  # the later of two values wins
     for name, value in DECODING.get(args.size, PAPER_DECODING).items():
         setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     limit = 40 if args.size == "smoke" else None
@@ -226,7 +234,7 @@ def main(argv=None):
                  for s, r, h in list(zip(sources, references, best["hypotheses"]))[:5]],
         training_data=f"the {len(read_lines(args.data_dir / 'train.en.gz', limit)):,} Multi30k task-1 training "
                       "pairs (Flickr30k image descriptions, English -> German)",
-        training={"max_tokens": int(SIZES[args.size][SIZES[args.size].index("--max_tokens") + 1])},
+        training={"max_tokens": flag_value(args.train_flags, "--max_tokens", int)},
         variants=[{key: row[key] for key in ("model", "decoding", "bleu", "chrf")} for row in rows],
         figures=figures,
     )
