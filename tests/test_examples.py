@@ -34,11 +34,13 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", ["run.py", "--data-dir", str(multi30k_like), "--output-dir", str(out),
                                       "--size", "smoke", "--seed", "1", "--average-last", "3",
-                                      "--length-penalty", "0.8", "--dropout", "0.05", "--d_model", "48"])
+                                      "--length-penalty", "0.8", "--dropout", "0.05", "--d_model", "48",
+                                      "--attention_dropout", "0.1", "--activation_dropout", "0.2"])
     runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"), run_name="__main__")
     # Options run.py does not know are the train command's, after the size's, so they override it.
     config = json.loads((out / "averaged" / "config.json").read_text())
     assert (config["dropout"], config["d_model"], config["encoder_layers"]) == (0.05, 48, 2)
+    assert (config["attention_dropout"], config["activation_dropout"]) == (0.1, 0.2)
     rows = json.loads((out / "results.json").read_text())
     assert [(row["decoding"]) for row in rows] == ["beam 4, length penalty 0.8", "greedy"] * 2
     assert rows[0]["model"].startswith("average of the last 3 checkpoints (steps 4-6)")

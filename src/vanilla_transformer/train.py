@@ -56,6 +56,12 @@ class ModelArguments:
     heads: int | None = field(default=None, metadata={"help": "Override the preset's h."})
     ffn_dim: int | None = field(default=None, metadata={"help": "Override the preset's d_ff."})
     dropout: float | None = field(default=None, metadata={"help": "Override the preset's P_drop."})
+    attention_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout on the attention weights (not in the paper; default 0)."}
+    )
+    activation_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout after the feed-forward ReLU (not in the paper; default 0)."}
+    )
     tokenizer_name: str | None = field(default=None, metadata={"help": "A saved tokenizer folder to use."})
     vocab_size: int = field(default=37000, metadata={"help": "Size of the shared BPE vocabulary to train."})
     attn_implementation: str | None = field(
@@ -205,7 +211,12 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         )
     sizes = {
         name: value
-        for name, value in dict(d_model=model_args.d_model, dropout=model_args.dropout).items()
+        for name, value in dict(
+            d_model=model_args.d_model,
+            dropout=model_args.dropout,
+            attention_dropout=model_args.attention_dropout,
+            activation_dropout=model_args.activation_dropout,
+        ).items()
         if value is not None
     }
     if model_args.layers is not None:
