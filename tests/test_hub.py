@@ -22,7 +22,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import vanilla_transformer
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main as cli
-from vanilla_transformer.hub import model_card, push_to_hub, write_model_card
+from vanilla_transformer.hub import _architecture_rows, model_card, push_to_hub, write_model_card
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import paper_training_arguments
 
@@ -448,3 +448,12 @@ def test_pickle_checkpoints_load_only_when_asked(saved_model, tmp_path):
     loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, use_safetensors=False)
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0)
+
+
+def test_card_marks_dropout_the_paper_does_not_have():
+    # Section 5.4 has residual dropout only; attention and ReLU dropout are named as the departure they are.
+    paper = {name: value for name, _, value in _architecture_rows(VanillaTransformerConfig.from_preset("tiny"))}
+    assert paper["attention / ReLU dropout"] == "0 / 0"
+    config = VanillaTransformerConfig.from_preset("tiny", attention_dropout=0.1, activation_dropout=0.2)
+    rows = {name: value for name, _, value in _architecture_rows(config)}
+    assert rows["attention / ReLU dropout"].startswith("0.1 / 0.2 (not in the paper")
