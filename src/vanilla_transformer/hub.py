@@ -290,9 +290,9 @@ def _architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str,
     if config.scale_embedding:
         embeddings += ", times sqrt(d_model)"
 
-    extra_dropout = ""
+    attention_relu_dropout = f"{config.attention_dropout:g} / {config.activation_dropout:g}"
     if config.attention_dropout or config.activation_dropout:  # section 5.4 has residual dropout only
-        extra_dropout = " (not in the paper: tensor2tensor's attention_dropout / relu_dropout)"
+        attention_relu_dropout += " (not in the paper: tensor2tensor's attention_dropout / relu_dropout)"
 
     def pair(encoder, decoder):
         return f"{encoder}" if encoder == decoder else f"{encoder} / {decoder} (encoder / decoder)"
@@ -304,7 +304,7 @@ def _architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str,
         ("key / value size per head", "d_k = d_v", f"{config.d_model // config.encoder_attention_heads}"),
         ("feed-forward inner size", "d_ff", pair(config.encoder_ffn_dim, config.decoder_ffn_dim)),
         ("residual dropout", "P_drop", f"{config.dropout:g}"),
-        ("attention / ReLU dropout", "", f"{config.attention_dropout:g} / {config.activation_dropout:g}" + extra_dropout),
+        ("attention / ReLU dropout", "", attention_relu_dropout),
         ("activation", "", config.activation_function),
         ("positions", "PE", positions),
         ("normalisation", "", "pre-LN, final LayerNorm per stack" if config.normalize_before else "post-LN (paper)"),
