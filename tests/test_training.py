@@ -104,6 +104,7 @@ def test_token_batch_trainer_computes_the_label_smoothed_loss_of_seq2seq_trainer
     ours = TokenBatchSeq2SeqTrainer(model=model, args=args, data_collator=collator, max_tokens=512)
     plain = Seq2SeqTrainer(model=model, args=args, data_collator=collator)
     assert ours.compute_loss_func is not None and plain.compute_loss_func is None
+    batch = batch.to(model.device)  # the Trainer moved the model to the GPU where there is one
     with torch.no_grad():
         torch.testing.assert_close(ours.compute_loss(model, dict(batch)), plain.compute_loss(model, dict(batch)))
 
@@ -175,7 +176,7 @@ def test_fine_tuning_a_saved_model_with_a_plain_seq2seq_trainer(tokenizer, token
     trainer.save_model()
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "finetuned")
     for name, tensor in model.state_dict().items():
-        torch.testing.assert_close(reloaded.state_dict()[name], tensor, msg=name)
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor.cpu(), msg=name)
     assert AutoTokenizer.from_pretrained(tmp_path / "finetuned").get_vocab() == user_tokenizer.get_vocab()
 
 
