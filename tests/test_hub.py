@@ -436,6 +436,15 @@ def test_translation_pipeline_without_the_package(saved_model, without_package):
     assert without_package["translations"] == {"translation": expected, "translation_en_to_fr": expected}
 
 
+def test_an_older_transformers_gets_a_clear_error():
+    """The remote code runs under the user's transformers; 5.17 used to fail with a TypeError in OutputRecorder."""
+    code = "import transformers; transformers.__version__ = '5.17.0'; import vanilla_transformer"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "ImportError: vanilla-transformer needs transformers>=5.24" in result.stderr
+    assert "found 5.17.0" in result.stderr
+
+
 def test_pickle_checkpoints_load_only_when_asked(saved_model, tmp_path):
     """A folder with only pytorch_model.bin: unpickling can run code, so loading needs use_safetensors=False."""
     model = VanillaTransformerForConditionalGeneration.from_pretrained(saved_model)

@@ -2,8 +2,19 @@
 
 from typing import Literal
 
+import transformers
 from huggingface_hub.dataclasses import strict
+from packaging.version import Version
 from transformers import PreTrainedConfig
+
+# This file and the modeling file also run as remote code (`trust_remote_code=True`) under whatever transformers the
+# user has; say which one they need before an older one fails deep inside its own modules.
+MINIMUM_TRANSFORMERS = "5.24"
+if Version(transformers.__version__).release < Version(MINIMUM_TRANSFORMERS).release:
+    raise ImportError(
+        f"vanilla-transformer needs transformers>={MINIMUM_TRANSFORMERS} (its `cache` argument and output capturing), "
+        f"found {transformers.__version__}: pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'."
+    )
 
 
 # Table 3 of the paper: the "base" and "big" rows (P_drop 0.3 is the En-De big model), plus a tiny size for tests.
