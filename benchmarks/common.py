@@ -145,6 +145,12 @@ def environment(device: str = "cpu") -> dict:
     return info
 
 
+def synchronize(device) -> None:
+    """Wait for the GPU's queued work, so that a timer read next measures it; nothing on a CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def summary(values: list[float]) -> dict:
     return dict(values=values, median=statistics.median(values), min=min(values), max=max(values))
 

@@ -9,6 +9,7 @@ the median and the range of generated tokens per second, and the ratio of the me
 
     python benchmarks/generate_speed.py                 # base size, the full measurement (minutes)
     python benchmarks/generate_speed.py --size small --json generate_speed.json
+    python benchmarks/generate_speed.py --device cuda --dtype bfloat16   # a GPU, both models in bf16
     python benchmarks/generate_speed.py --smoke         # seconds: checks that the script works
 """
 
@@ -34,6 +35,7 @@ from common import (
     model_configs,
     read_lines,
     summary,
+    synchronize,
     trainable_parameters,
 )
 
@@ -53,6 +55,9 @@ def parse_args(argv=None):
     parser.add_argument("--length-penalty", type=float, default=0.6,
                         help="transformers' length_penalty for beam search, the same for both (default 0.6)")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up generate() calls per model and cell")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="weights and activations of both models (default float32)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.size, args.sentences, args.sentences_bs1, args.new_tokens, args.repeats = "tiny", 32, 4, 8, 2
@@ -61,11 +66,11 @@ def parse_args(argv=None):
     return args
 
 
-def source_batches(tokenizer, sentences: list[str], batch_size: int) -> list[dict]:
-    """Consecutive sentences in file order, each batch padded to its longest sentence."""
+def source_batches(tokenizer, sentences: list[str], batch_size: int, device: str = "cpu") -> list[dict]:
+    """Consecutive sentences in file order, each batch padded to its longest sentence, on `device`."""
     encoded = tokenizer(sentences)["input_ids"]
     return [
-        tokenizer.pad({"input_ids": encoded[start : start + batch_size]}, return_tensors="pt")
+        tokenizer.pad({"input_ids": encoded[start : start + batch_size]}, return_tensors="pt").to(device)
         for start in range(0, len(encoded), batch_size)
     ]
 
@@ -93,11 +98,13 @@ def forced_length_kwargs(beams: int, new_tokens: int, length_penalty: float) -> 
 def decode_all(model, batches: list[dict], generate_kwargs: dict) -> tuple[float, int]:
     """Seconds to decode every batch, and the number of generated tokens (decoder start token excluded)."""
     tokens = 0
+    synchronize(model.device)
     start = time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
             sequences = model.generate(**batch, **generate_kwargs)
             tokens += sequences.shape[0] * (sequences.shape[1] - 1)
+    synchronize(model.device)
     return time.perf_counter() - start, tokens
 
 
@@ -110,13 +117,14 @@ def main(argv=None):
     sentences = read_lines(args.data_dir / "val.en.gz", max(args.sentences, args.sentences_bs1))
     configs = model_configs(args.size, tokenizer, dropout=0.1)
     models = {name: build_model(name, configs[name], args.seed, args.attn_implementation) for name in MODEL_NAMES}
-    models = {name: model.eval() for name, model in models.items()}
+    dtype = getattr(torch, args.dtype)
+    models = {name: model.to(args.device, dtype).eval() for name, model in models.items()}
 
     cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
     batches = {}
     for batch_size in args.batch_sizes:
         count = args.sentences if batch_size > 1 else args.sentences_bs1
-        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size)
+        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size, args.device)
     # Our generate() may take `length_penalty_type`, whose default (GNMT) transformers' beam search does not have.
     extra = {"ours": {}, "marian": {}}
     ours_takes_type = accepts_length_penalty_type(models["ours"], batches[args.batch_sizes[0]][0])
@@ -151,7 +159,7 @@ def main(argv=None):
         ))
     progress.close()
 
-    env = environment()
+    env = environment(args.device)
     shape = SIZES[args.size]
     settings = dict(
         size=args.size,
@@ -163,6 +171,7 @@ def main(argv=None):
         early_stopping=True,
         ours_length_penalty_type="transformers" if ours_takes_type else None,
         attn_implementation=args.attn_implementation,
+        dtype=args.dtype,
         repeats=args.repeats,
         warmup=args.warmup,
         smoke=args.smoke,
@@ -187,7 +196,7 @@ def report(env: dict, settings: dict, results: list[dict]) -> str:
         f"- models: d_model {settings['d_model']}, N = {settings['layers']}+{settings['layers']}, "
         f"h {settings['heads']}, d_ff {settings['ffn_dim']}, vocab {settings['vocab_size']:,}, random weights; "
         f"trainable parameters: ours {params['ours']:,}, Marian {params['marian']:,}; "
-        f"attention: {settings['attn_implementation']}",
+        f"attention: {settings['attn_implementation']}; {settings['dtype']}",
         f"- decoding: exactly {settings['new_tokens']} new tokens per sentence (min_new_tokens = max_new_tokens); "
         f"beam search with length_penalty {settings['length_penalty']}, early_stopping=True; {type_note}",
         f"- Multi30k val.en, first sentences in file order; {settings['warmup']} warm-up call(s), then "

@@ -46,6 +46,7 @@ from common import (
     model_configs,
     read_lines,
     summary,
+    synchronize,
     trainable_parameters,
 )
 from vanilla_transformer.modeling_vanilla_transformer import shift_tokens_right
@@ -146,11 +147,6 @@ def matmul_ceiling(size: int, device: str, dtype: torch.dtype, repeats: int = 5)
         synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
-
-
-def synchronize(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
 
 
 # --- One process per model ---------------------------------------------------------------------------------------
