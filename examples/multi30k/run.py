@@ -21,7 +21,7 @@ wider model (d_model 384, h 6, d_ff 1,536) makes 0.6x the steps and fell behind 
 (N = 4) learnt far slower from the start, and a smaller one (d_model 128, N = 4, d_ff 256) makes 1.57x the steps and
 ends 0.46 BLEU below on test; dropout on the attention weights and after the ReLU (0.1 each, tensor2tensor's, not the
 paper's) gains 1.0 BLEU on test and loses 0.07 on validation over two seeds, which validation does not call a gain
-(two seeds of this recipe differ by 0.8 on both); and validation during training is its loss only, so that generate()
+(three seeds of this recipe span 0.8 on both); and validation during training is its loss only, so that generate()
 takes none of the hour: the validation BLEU curve is computed from the checkpoints afterwards (README has the runs).
 "base" is Table 3's base model for a GPU. Outputs in --output-dir: the run (checkpoints, trainer_state.json,
 TensorBoard logs), averaged/ (the model to share, with its README.md card and the plots it shows), results.json and
