@@ -1,5 +1,5 @@
 """The model on a GPU: the same numbers as on the CPU in float32, sane numbers in bfloat16, SDPA's fused kernels
-equal to eager attention, cached decoding equal to uncached, and the Trainer's bf16 path. Skipped without CUDA (CI
+equal to eager attention, cached decoding equal to uncached, and a bf16 Adam step like the float32 one. Skipped without CUDA (CI
 has none); run by hand on a GPU machine with `pytest tests/test_cuda.py`."""
 
 import pytest
@@ -22,10 +22,10 @@ def exact_float32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def small_model(attn_implementation="sdpa", **overrides):
+def small_model(attn_implementation="sdpa"):
     """d_model 128, 2+2 layers, 4 heads (head size 32, which flash and memory-efficient SDPA kernels take)."""
     config = VanillaTransformerConfig.from_preset(
-        "tiny", d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512, dropout=0.0, vocab_size=VOCAB, **overrides
+        "tiny", d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512, dropout=0.0, vocab_size=VOCAB
     )
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(config).eval()
@@ -105,7 +105,7 @@ def test_bfloat16_autocast_keeps_the_float32_predictions(attn_implementation):
 def test_cached_generation_on_the_gpu_equals_uncached(num_beams):
     model = small_model().to("cuda")
     batch = padded_batch()
-    inputs = dict(input_ids=batch["input_ids"].cuda(), attention_mask=batch["attention_mask"].cuda())
+    inputs = on(dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]), "cuda")
     forced = dict(num_beams=num_beams, do_sample=False, max_new_tokens=20, min_new_tokens=20,
                   return_dict_in_generate=True, output_scores=True)
     with torch.inference_mode():
