@@ -1,6 +1,6 @@
-"""The model on a GPU: the same numbers as on the CPU in float32, sane numbers in bfloat16, SDPA's fused kernels
-equal to eager attention, cached decoding equal to uncached, and a bf16 Adam step like the float32 one. Skipped without CUDA (CI
-has none); run by hand on a GPU machine with `pytest tests/test_cuda.py`."""
+"""The model on a GPU: the same numbers as on the CPU in float32, sane numbers in bfloat16, SDPA's fused kernels equal
+to eager attention, cached decoding equal to uncached, and a bf16 Adam step like the float32 one. Skipped without
+CUDA (CI has none); run by hand on a GPU machine with `pytest tests/test_cuda.py`."""
 
 import pytest
 import torch
