@@ -16,6 +16,7 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
+from vanilla_transformer.modeling_vanilla_transformer import apply_dropout
 
 
 def build(config, attn_implementation="sdpa", seed=0):
@@ -177,12 +178,16 @@ def test_labels_give_cross_entropy_ignoring_minus_100_and_shifted_decoder_inputs
     torch.testing.assert_close(out.loss, expected_loss)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients(tiny_config, batch):
+@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_config, batch, dropout):
+    # With dropout the recomputed forward must draw the same masks (checkpointing restores the RNG state).
+    config = tiny_config.__class__(**{**tiny_config.to_dict(), "dropout": dropout, "attention_dropout": dropout,
+                                     "activation_dropout": dropout})
     labels = batch["decoder_input_ids"].masked_fill(batch["decoder_attention_mask"] == 0, -100)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": labels}
     gradients = []
     for checkpointing in [False, True]:
-        model = build(tiny_config).train()
+        model = build(config).train()
         if checkpointing:
             model.activation_checkpointing_enable()
             assert model.is_activation_checkpointing
@@ -199,6 +204,60 @@ def test_dropout_is_active_in_training_only():
     assert not torch.equal(model(**inputs).logits, model(**inputs).logits)
     model.eval()
     assert torch.equal(model(**inputs).logits, model(**inputs).logits)
+
+
+# Section 5.4's dropout as drawn on a CPU (`apply_dropout`: 16 random bits per element, four per 64-bit draw).
+DROPOUT_ELEMENTS = 400_003  # not a multiple of 4: the last draw is only partly used
+
+
+def dropout_mask(p, seed=0):
+    torch.manual_seed(seed)
+    return apply_dropout(torch.ones(DROPOUT_ELEMENTS), p, training=True) != 0
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_cpu_dropout_drops_each_element_with_probability_p_and_keeps_the_expectation(p):
+    x = torch.ones(DROPOUT_ELEMENTS, requires_grad=True)
+    y = apply_dropout(x, p, training=True)
+    kept = y.detach() != 0
+    # 6 standard deviations of a binomial: a wrong rate fails, chance does not (p is rounded to 1/65,536).
+    tolerance = 6 * (p * (1 - p) / DROPOUT_ELEMENTS) ** 0.5
+    assert abs((1 - kept.double().mean().item()) - p) < tolerance
+    # Each of the four 16-bit parts of a 64-bit draw drops at rate p (a sign bit that is never set would not).
+    for offset in range(4):
+        assert abs((1 - kept[offset::4].double().mean().item()) - p) < 2 * tolerance
+    scale = 65536 / (65536 - round(p * 65536))
+    # The scale of the rounded p (65,536 / 58,982 for 0.1, not 1 / 0.9), exactly.
+    torch.testing.assert_close(y.detach()[kept], torch.full((int(kept.sum()),), scale), rtol=0, atol=0)
+    assert abs(y.detach().double().mean().item() - 1) < tolerance / (1 - p)
+    y.sum().backward()  # the gradient goes through the kept elements only, with the same scale
+    torch.testing.assert_close(x.grad, torch.where(kept, scale, 0.0), rtol=0, atol=0)
+
+
+def test_cpu_dropout_masks_are_independent_and_follow_the_seed():
+    p = 0.3
+    first, second = dropout_mask(p), dropout_mask(p)
+    assert torch.equal(first, second)  # same seed, same mask: runs are reproducible
+    torch.manual_seed(0)
+    x = torch.ones(DROPOUT_ELEMENTS)
+    one_call, next_call = apply_dropout(x, p, True) != 0, apply_dropout(x, p, True) != 0
+    tolerance = 6 * (p * (1 - p) / DROPOUT_ELEMENTS) ** 0.5
+    # Independent elements: neighbours (within a 64-bit draw and across draws) and the next call's mask are both
+    # dropped with probability p^2.
+    draws = one_call[: DROPOUT_ELEMENTS // 4 * 4].view(-1, 4)  # one row per 64-bit draw
+    for left, right in [(one_call[:-1], one_call[1:]), (draws[:-1, 3], draws[1:, 0]), (one_call, next_call)]:
+        assert abs((~left & ~right).double().mean().item() - p * p) < tolerance
+    assert not torch.equal(dropout_mask(p, seed=1), first)
+
+
+def test_cpu_dropout_is_the_identity_when_off_and_keeps_dtype_and_shape():
+    x = torch.randn(3, 5, 7, dtype=torch.bfloat16)
+    assert apply_dropout(x, 0.1, training=False) is x
+    assert apply_dropout(x, 0.0, training=True) is x
+    y = apply_dropout(x, 0.1, training=True)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    kept = y != 0
+    torch.testing.assert_close(y[kept], (x * (65536 / (65536 - 6554)))[kept])
 
 
 def test_generate_greedy_and_beam(tiny_model, batch):
