@@ -5,6 +5,7 @@ is checked against torch's own FLOP counter."""
 import gzip
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,17 @@ def table_rows(markdown: str) -> list[list[str]]:
     """The cells of the Markdown table's rows, header first, separator left out."""
     rows = [line.strip("|").split("|") for line in markdown.splitlines() if line.startswith("|")]
     return [[cell.strip() for cell in row] for row in rows if not set("".join(row)) <= set("- ")]
+
+
+def test_dropout_speed_smoke(data_dir, tmp_path):
+    stdout, report = run_smoke("dropout_speed", data_dir, tmp_path, "--attention-dropout", "0.1")
+    header, *rows = table_rows(stdout)
+    assert header[:3] == ["dropout", "ms per step, median (min-max)", "target tok/s"]
+    assert [row[0] for row in rows] == ["package", "torch"]
+    assert all(len(times) == 2 and min(times) > 0 for times in report["step_ms"].values())
+    assert report["speedup"] == pytest.approx(statistics.median(report["step_ms"]["torch"])
+                                              / statistics.median(report["step_ms"]["package"]))
+    assert report["settings"]["attention_and_relu_dropout"] == 0.1
 
 
 def test_generate_speed_smoke(data_dir, tmp_path):
