@@ -179,10 +179,11 @@ def test_labels_give_cross_entropy_ignoring_minus_100_and_shifted_decoder_inputs
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
-def test_gradient_checkpointing_gives_the_same_gradients(tiny_config, batch, dropout):
+def test_gradient_checkpointing_gives_the_same_gradients(batch, dropout):
     # With dropout the recomputed forward must draw the same masks (checkpointing restores the RNG state).
-    config = tiny_config.__class__(**{**tiny_config.to_dict(), "dropout": dropout, "attention_dropout": dropout,
-                                     "activation_dropout": dropout})
+    config = VanillaTransformerConfig.from_preset(
+        "tiny", dropout=dropout, attention_dropout=dropout, activation_dropout=dropout
+    )
     labels = batch["decoder_input_ids"].masked_fill(batch["decoder_attention_mask"] == 0, -100)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": labels}
     gradients = []
