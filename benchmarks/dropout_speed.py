@@ -17,8 +17,6 @@ import json
 import statistics
 import sys
 import time
-from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +32,7 @@ from common import (
     markdown_table,
     model_configs,
 )
-from train_throughput import ADAM, DROPOUT, LABEL_SMOOTHING, SMOKE_PAIRS, training_batches
+from train_throughput import ADAM, DROPOUT, SMOKE_PAIRS, train_step, training_batches
 
 import vanilla_transformer.modeling_vanilla_transformer as modeling
 
@@ -75,28 +73,18 @@ def main(argv=None):
     model = build_model("ours", config, args.seed, args.attn_implementation).train()
     optimizer = torch.optim.Adam(model.parameters(), **ADAM)
 
-    def train_step(batch):
-        with torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else nullcontext():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           decoder_input_ids=batch["decoder_input_ids"], use_cache=False).logits
-            loss = F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
-                                   label_smoothing=LABEL_SMOOTHING)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
     step_ms = {name: [] for name in KERNELS}
     progress = tqdm(total=2 * args.repeats, desc="rounds", file=sys.stderr)
     try:
         for batch in batches[: args.warmup]:
-            train_step(batch)
+            train_step(model, optimizer, batch, "cpu", args.bf16)
         for round_index in range(args.repeats):
             order = list(KERNELS) if round_index % 2 == 0 else list(KERNELS)[::-1]
             for name in order:
                 modeling.apply_dropout = KERNELS[name]
                 start = time.perf_counter()
                 for batch in batches:
-                    train_step(batch)
+                    train_step(model, optimizer, batch, "cpu", args.bf16)
                 step_ms[name].append((time.perf_counter() - start) / len(batches) * 1e3)
                 progress.update()
     finally:

@@ -157,6 +157,24 @@ def current_rss_mib() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
+def train_step(forward, optimizer, batch: dict, device_type: str, bf16: bool) -> torch.Tensor:
+    """One full training step: forward, label-smoothed cross-entropy from the logits, backward, Adam step, zero_grad."""
+    with torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext():
+        logits = forward(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+            use_cache=False,
+        ).logits
+        loss = F.cross_entropy(
+            logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=LABEL_SMOOTHING
+        )
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
 def train_worker(connection, name: str, config_kwargs: dict, batches: list[dict], options: dict) -> None:
     """Builds one model and its optimizer, then runs the steps it is told to, answering with their time."""
     try:
@@ -168,27 +186,6 @@ def train_worker(connection, name: str, config_kwargs: dict, batches: list[dict]
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], **ADAM)
         forward = torch.compile(model) if options["compile"] else model
         batches = [{key: torch.from_numpy(value).to(device) for key, value in b.items()} for b in batches]
-        vocab_size = model.config.vocab_size
-
-        def train_step(batch) -> torch.Tensor:
-            autocast = torch.autocast(device.type, dtype=torch.bfloat16) if options["bf16"] else nullcontext()
-            with autocast:
-                logits = forward(
-                    input_ids=batch["input_ids"],
-                    attention_mask=batch["attention_mask"],
-                    decoder_input_ids=batch["decoder_input_ids"],
-                    use_cache=False,
-                ).logits
-                loss = F.cross_entropy(
-                    logits.float().view(-1, vocab_size),
-                    batch["labels"].view(-1),
-                    ignore_index=-100,
-                    label_smoothing=LABEL_SMOOTHING,
-                )
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return loss.detach()
 
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -201,7 +198,7 @@ def train_worker(connection, name: str, config_kwargs: dict, batches: list[dict]
             synchronize(device)
             start = time.perf_counter()
             for index in indices:
-                loss = train_step(batches[index])
+                loss = train_step(forward, optimizer, batches[index], device.type, options["bf16"])
             synchronize(device)
             connection.send(("done", dict(seconds=time.perf_counter() - start, loss=float(loss))))
         if device.type == "cuda":
