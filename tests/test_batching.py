@@ -14,7 +14,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.batching import TokenBatchSampler
+from vanilla_transformer.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 
 
 def multi30k_like_lengths(num_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -214,3 +214,44 @@ def test_rejects_inconsistent_lengths():
         TokenBatchSampler([1, 2], [1], max_tokens=10)
     with pytest.raises(ValueError, match="at least one"):
         TokenBatchSampler([], [], max_tokens=10)
+
+
+# --- Lengths that change every epoch (BPE-dropout) -----------------------------------------------------------------
+
+
+class LengthsGrowingWithEpochs:
+    """Stands in for `BPEDropoutDataset`: every epoch adds 0-3 tokens at random to each side of each pair."""
+
+    def __init__(self, num_pairs):
+        self.source, self.target = multi30k_like_lengths(num_pairs)
+
+    def lengths(self, epoch):
+        rng = np.random.default_rng(epoch)
+        return [lengths + rng.integers(0, 4, len(lengths)) for lengths in (self.source, self.target)]
+
+
+@pytest.mark.parametrize("num_replicas", [1, 2])
+def test_resegmented_sampler_cuts_each_epoch_by_its_own_lengths_into_as_many_batches(num_replicas):
+    dataset, max_tokens = LengthsGrowingWithEpochs(10000), 1000
+    sampler = ResegmentedTokenBatchSampler(dataset, max_tokens, seed=1, num_replicas=num_replicas)
+    first_epoch = TokenBatchSampler(*dataset.lengths(0), max_tokens, seed=1, num_replicas=num_replicas)
+    sampler.set_epoch(0)
+    assert list(sampler) == list(first_epoch)  # the first epoch is plain token batching
+    for epoch in range(1, 4):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        # The Trainer counts an epoch's steps once: every epoch has the first epoch's number of batches.
+        assert len(batches) == len(sampler) == len(first_epoch) and len(batches) % num_replicas == 0
+        assert_each_index_once(batches, 10000)
+        source, target = (np.asarray(side) for side in dataset.lengths(epoch))
+        # Cut by this epoch's lengths: the budget stays within 3% of max_tokens (one batch in ~150 more or fewer at
+        # max_tokens), and batches are as length-homogeneous as those of plain token batching with that budget.
+        budget = max(padded_tokens(batch, source, target) for batch in batches)
+        assert 0.97 * max_tokens <= budget <= 1.03 * max_tokens
+        fresh = TokenBatchSampler(source, target, budget, seed=1, num_replicas=num_replicas)
+        assert padding_fraction(batches, source, target) <= padding_fraction(list(fresh), source, target) + 0.01
+    # An epoch's batches depend on the seed and the epoch only, not on the epochs before (resuming a run).
+    resumed = ResegmentedTokenBatchSampler(dataset, max_tokens, seed=1, num_replicas=num_replicas)
+    resumed.set_epoch(2)
+    sampler.set_epoch(2)
+    assert list(resumed) == list(sampler)

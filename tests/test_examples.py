@@ -35,7 +35,8 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["run.py", "--data-dir", str(multi30k_like), "--output-dir", str(out),
                                       "--size", "smoke", "--seed", "1", "--average-last", "3",
                                       "--length-penalty", "0.8", "--dropout", "0.05", "--d_model", "48",
-                                      "--attention_dropout", "0.1", "--activation_dropout", "0.2"])
+                                      "--attention_dropout", "0.1", "--activation_dropout", "0.2",
+                                      "--bpe_dropout", "0.1", "--bpe_dropout_target", "false"])
     runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"), run_name="__main__")
     # Options run.py does not know are the train command's, after the size's, so they override it.
     config = json.loads((out / "averaged" / "config.json").read_text())
@@ -53,6 +54,7 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     (bleu,) = [result for result in card.data.eval_results if result.metric_type == "bleu"]
     assert bleu.metric_value == pytest.approx(rows[0]["bleu"], abs=0.01)
     assert card.data.language == ["en", "de"] and "beam size 4, length penalty 0.8" in card.text
+    assert "| BPE-dropout | 0.1 on the training sources, drawn anew every epoch (not in the paper" in card.text
     # The card also shows the whole results table and the plots, which sit next to it.
     for row in rows:
         assert f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} |" in card.text

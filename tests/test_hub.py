@@ -466,3 +466,18 @@ def test_card_marks_dropout_the_paper_does_not_have():
     config = VanillaTransformerConfig.from_preset("tiny", attention_dropout=0.1, activation_dropout=0.2)
     rows = {name: value for name, _, value in _architecture_rows(config)}
     assert rows["attention / ReLU dropout"].startswith("0.1 / 0.2 (not in the paper")
+
+
+@pytest.mark.parametrize("training, row", [
+    ({}, None),
+    ({"bpe_dropout": None}, None),
+    ({"bpe_dropout": 0.0}, None),
+    ({"bpe_dropout": 0.1}, "0.1 on the training pairs, drawn anew every epoch (not in the paper: Provilkov et al., 2020)"),
+    ({"bpe_dropout": 0.05, "bpe_dropout_target": False}, "0.05 on the training sources, drawn anew every epoch (not in "
+                                                          "the paper: Provilkov et al., 2020)"),
+])
+def test_card_names_bpe_dropout_as_not_the_papers(training, row):
+    from vanilla_transformer.hub import _recipe_rows
+
+    rows = dict(_recipe_rows(VanillaTransformerConfig(), {}, None, training))
+    assert rows.get("BPE-dropout") == row

@@ -1,12 +1,16 @@
 import gzip
 import json
+import random
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
-from transformers import AutoTokenizer
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.tokenization import SPECIAL_TOKENS, train_tokenizer
+from vanilla_transformer.tokenization import SPECIAL_TOKENS, BPEDropout, train_tokenizer
 
 
 # Multi30k sits beside the repository, here and in CI: gzip, one sentence a line.
@@ -165,3 +169,90 @@ def test_multi30k_val_round_trip_is_exact(multi30k_tokenizer, language):
     assert all(ids[-1] == multi30k_tokenizer.eos_token_id for ids in encoded)
     decoded = multi30k_tokenizer.batch_decode(encoded, skip_special_tokens=True)
     assert [(line, text) for line, text in zip(lines, decoded) if line != text] == []
+
+
+# BPE-dropout (Provilkov et al., 2020): not in the paper, an option of the training pairs.
+
+
+def toy_bpe_tokenizer():
+    """A byte-level BPE over "a", "b", "c" with the merges a+b (rank 0), b+c (rank 1) and ab+c (rank 2)."""
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + ["a", "b", "c", "ab", "bc", "abc"])}
+    backend = Tokenizer(models.BPE(vocab, [("a", "b"), ("b", "c"), ("ab", "c")], unk_token="<unk>"))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", pad_token="<pad>")
+
+
+def test_bpe_dropout_draws_segmentations_with_the_probabilities_of_algorithm_1():
+    # Algorithm 1: each step drops every applicable merge with probability p and applies the best one left; the
+    # word is done when none is left. For "abc": a+b kept (1 - p), then ab+c kept (1 - p) -> abc, (1 - p)^2;
+    # a+b kept, ab+c dropped -> ab c, (1 - p) p; a+b dropped, b+c kept -> a bc (no merge left), p (1 - p);
+    # both dropped -> a b c, p^2.
+    tokenizer, p, draws = toy_bpe_tokenizer(), 0.3, 20000
+    segmentations = BPEDropout(tokenizer, p).encode(["abc"] * draws, np.random.default_rng(0))
+    counts = Counter(tuple(tokenizer.convert_ids_to_tokens(ids[:-1])) for ids in segmentations)
+    expected = {("abc",): (1 - p) ** 2, ("ab", "c"): (1 - p) * p, ("a", "bc"): p * (1 - p), ("a", "b", "c"): p**2}
+    assert set(counts) == set(expected)
+    for segmentation, probability in expected.items():
+        standard_error = (probability * (1 - probability) / draws) ** 0.5
+        assert abs(counts[segmentation] / draws - probability) < 5 * standard_error, segmentation
+    assert all(ids[-1] == tokenizer.eos_token_id for ids in segmentations)
+
+
+def algorithm_1(word: str, ranks: dict, p: float, rng: random.Random) -> tuple[str, ...]:
+    """Provilkov et al.'s Algorithm 1 as written: each step draws for every applicable merge, applies the best one
+    kept (lowest rank, leftmost), and stops when none is kept."""
+    symbols = list(word)
+    while True:
+        kept = [(ranks[pair], i) for i, pair in enumerate(zip(symbols, symbols[1:])) if pair in ranks
+                and rng.random() >= p]
+        if not kept:
+            return tuple(symbols)
+        _, i = min(kept)
+        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+
+
+def test_bpe_dropout_draws_real_words_as_a_direct_algorithm_1_does(multi30k_tokenizer):
+    merges = bpe_model(multi30k_tokenizer)["merges"]
+    ranks = {tuple(merge.split(" ") if isinstance(merge, str) else merge): rank for rank, merge in enumerate(merges)}
+    dropout, draws = BPEDropout(multi30k_tokenizer, 0.1), 5000
+    for word in (" Schwimmbecken", " Straßenmusiker", " skateboarding", " Feuerwehrleute"):
+        (byte_level_word, _), = multi30k_tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(word)
+        rng = random.Random(word)
+        expected = Counter(algorithm_1(byte_level_word, ranks, 0.1, rng) for _ in range(draws))
+        ids = dropout.encode([word] * draws, np.random.default_rng(0))
+        drawn = Counter(tuple(multi30k_tokenizer.convert_ids_to_tokens(segmentation[:-1])) for segmentation in ids)
+        total_variation = sum(abs(drawn[s] - expected[s]) for s in expected.keys() | drawn.keys()) / (2 * draws)
+        assert total_variation < 0.04, word
+        assert len(expected) > 3  # dropout shows on these words
+
+
+def test_bpe_dropout_without_dropout_is_the_tokenizers_own_segmentation(multi30k_tokenizer):
+    texts = read_lines(MULTI30K / "val.en.gz") + read_lines(MULTI30K / "val.de.gz") + HARD_TEXTS
+    encoded = BPEDropout(multi30k_tokenizer, 0.0).encode(texts, np.random.default_rng(0))
+    assert encoded == multi30k_tokenizer(texts)["input_ids"]
+
+
+def test_bpe_dropout_segmentations_decode_to_the_text_and_follow_the_seed(multi30k_tokenizer):
+    texts = read_lines(MULTI30K / "val.de.gz")[:300] + HARD_TEXTS
+    dropout = BPEDropout(multi30k_tokenizer, 0.1)
+    first = dropout.encode(texts, np.random.default_rng(1))
+    assert first == dropout.encode(texts, np.random.default_rng(1))
+    assert first != dropout.encode(texts, np.random.default_rng(2))
+    for text, ids in zip(texts, first):
+        assert multi30k_tokenizer.decode(ids, skip_special_tokens=True) == text
+        assert max(ids) < len(multi30k_tokenizer) and ids[-1] == multi30k_tokenizer.eos_token_id
+    # Fewer merges, so more tokens than without dropout, but never more than bytes.
+    plain = multi30k_tokenizer(texts)["input_ids"]
+    assert sum(map(len, first)) > 1.1 * sum(map(len, plain))
+    assert all(len(ids) <= len(text.encode("utf-8")) + 1 for text, ids in zip(texts, first))
+
+
+def test_bpe_dropout_refuses_a_bad_probability_and_a_tokenizer_that_is_not_byte_level_bpe(tokenizer):
+    for p in (-0.1, 1.0, 1.5):
+        with pytest.raises(ValueError, match="BPE-dropout probability must be in \\[0, 1\\)"):
+            BPEDropout(tokenizer, p)
+    word_level = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    with pytest.raises(ValueError, match="needs a byte-level BPE tokenizer.*WordLevel model"):
+        BPEDropout(PreTrainedTokenizerFast(tokenizer_object=word_level), 0.1)

@@ -18,6 +18,7 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.number_words import number_words_corpus
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import (
+    BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
     TrainingTimeBudget,
     label_smoothed_cross_entropy,
@@ -122,6 +123,58 @@ def test_trainer_batches_hold_at_most_max_tokens(tokenizer, tokenized, tmp_path)
         assert rows * max(batch["input_ids"].shape[1], batch["labels"].shape[1]) <= 512
         seen += rows
     assert seen == len(tokenized["train"])
+
+
+def test_bpe_dropout_trainer_sees_every_pair_once_an_epoch_in_a_new_segmentation(corpus, tokenizer, tmp_path):
+    pairs = corpus["train"]["translation"]
+    dataset = BPEDropoutDataset.from_translations(corpus["train"], "en", "fr", tokenizer, p=0.1, seed=5)
+    model = small_model(tokenizer)
+    args = paper_training_arguments(str(tmp_path), d_model=64, warmup_steps=10, report_to=[], seed=5)
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model, args=args, train_dataset=dataset, max_tokens=512,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+    )
+    loader = trainer.get_train_dataloader()
+    epochs = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)  # as the Trainer does before each epoch
+        batches = list(loader)
+        assert len(batches) == len(loader)
+        seen = {}
+        for batch in batches:
+            assert batch["input_ids"].shape[0] * max(batch["input_ids"].shape[1], batch["labels"].shape[1]) <= 520
+            for source, target in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
+                source_text = tokenizer.decode(source, skip_special_tokens=True)
+                seen[source_text] = (source, target)
+        # Every pair once, its target with it, both sides decoding to the pair's text.
+        assert sorted(seen) == sorted(pair["en"] for pair in pairs)
+        by_source = {pair["en"]: pair["fr"] for pair in pairs}
+        for source_text, (_, target) in seen.items():
+            assert tokenizer.decode([i for i in target if i != -100], skip_special_tokens=True) == by_source[source_text]
+        epochs.append(seen)
+    plain = dict(zip((pair["en"] for pair in pairs), tokenizer([pair["en"] for pair in pairs])["input_ids"]))
+    unpadded = lambda ids: [i for i in ids if i != tokenizer.pad_token_id]  # noqa: E731
+    for seen in epochs:
+        changed = sum(unpadded(source) != plain[text] for text, (source, _) in seen.items())
+        assert 0.2 * len(pairs) < changed < len(pairs)  # dropout shows, and many pairs keep some merges
+    assert any(unpadded(epochs[0][text][0]) != unpadded(epochs[1][text][0]) for text in epochs[0])
+
+
+def test_bpe_dropout_on_the_sources_only_keeps_the_tokenizers_targets(corpus, tokenizer):
+    pairs = corpus["train"]["translation"]
+    plain = tokenizer([pair["en"] for pair in pairs], text_target=[pair["fr"] for pair in pairs])
+    dataset = BPEDropoutDataset.from_translations(corpus["train"], "en", "fr", tokenizer, p=0.1, seed=5,
+                                                  target_side=False)
+    both_sides = BPEDropoutDataset.from_translations(corpus["train"], "en", "fr", tokenizer, p=0.1, seed=5)
+    for epoch in (0, 1):
+        dataset.set_epoch(epoch)
+        both_sides.set_epoch(epoch)
+        items = [dataset[i] for i in range(len(dataset))]
+        assert [item["labels"] for item in items] == plain["labels"]
+        assert sum(item["input_ids"] != ids for item, ids in zip(items, plain["input_ids"])) > 0.2 * len(pairs)
+        assert [item["attention_mask"] for item in items] == [[1] * len(item["input_ids"]) for item in items]
+        # The sources draw as they would with the targets: the targets take the draws after them.
+        assert [item["input_ids"] for item in items] == [both_sides[i]["input_ids"] for i in range(len(dataset))]
 
 
 # --- Training on the generated corpus, fine-tuning with plain transformers ---------------------------------------
@@ -238,6 +291,36 @@ def test_time_budget_stops_with_a_checkpoint_and_the_same_weights_as_a_run_plann
     main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "untouched", "--max_steps", "3",
                        "--save_strategy", "no", "--max_train_minutes", "60"))
     assert json.loads((tmp_path / "untouched" / "trainer_state.json").read_text())["global_step"] == 3
+
+
+def test_bpe_dropout_run_resumed_mid_epoch_ends_with_the_weights_of_an_uninterrupted_one(corpus, tokenizer_dir, tmp_path):
+    from vanilla_transformer.cli import main
+
+    # ~2,048-token batches: about 7 an epoch, so the 8 steps cross an epoch boundary after the resumption at step 3.
+    run = lambda name, *extra: main(train_command(  # noqa: E731
+        tmp_path, corpus, tokenizer_dir, tmp_path / name, "--max_tokens", "2048", "--bpe_dropout", "0.1", *extra))
+    run("straight", "--max_steps", "8", "--save_strategy", "no")
+    state = json.loads((tmp_path / "straight" / "trainer_state.json").read_text())
+    assert 1 < state["epoch"] < 2
+    run("interrupted", "--max_steps", "3", "--save_steps", "3")
+    run("interrupted", "--max_steps", "8", "--save_strategy", "no", "--resume_from_checkpoint",
+        str(tmp_path / "interrupted" / "checkpoint-3"))
+    straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "interrupted")
+    for name, tensor in straight.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+    # The option is not a no-op: without BPE-dropout the same run ends elsewhere.
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "plain", "--max_tokens", "2048", "--max_steps", "8",
+                       "--save_strategy", "no"))
+    plain = final_weights(tmp_path / "plain")
+    assert not all(torch.equal(plain[name], tensor) for name, tensor in straight.items())
+
+
+def test_bpe_dropout_needs_token_batches(corpus, tokenizer_dir, tmp_path):
+    from vanilla_transformer.cli import main
+
+    with pytest.raises(ValueError, match="--bpe_dropout needs token batches"):
+        main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--bpe_dropout", "0.1",
+                           "--max_tokens", "0", "--max_steps", "1"))
 
 
 @pytest.mark.parametrize("minutes", [0, -5.0, float("nan")])

@@ -40,6 +40,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig  # noqa: E402
+from transformers.hf_argparser import string_to_bool  # noqa: E402
 
 from vanilla_transformer.attention_plots import attention_weights, plot_attention  # noqa: E402
 from vanilla_transformer.averaging import average_checkpoints, find_checkpoints  # noqa: E402
@@ -238,7 +239,9 @@ def main(argv=None):
                  for s, r, h in list(zip(sources, references, best["hypotheses"]))[:5]],
         training_data=f"the {len(read_lines(args.data_dir / 'train.en.gz', limit)):,} Multi30k task-1 training "
                       "pairs (Flickr30k image descriptions, English -> German)",
-        training={"max_tokens": flag_value(args.train_flags, "--max_tokens", int)},
+        training={"max_tokens": flag_value(args.train_flags, "--max_tokens", int),
+                  "bpe_dropout": flag_value(args.train_flags, "--bpe_dropout", float),
+                  "bpe_dropout_target": flag_value(args.train_flags, "--bpe_dropout_target", string_to_bool) is not False},
         variants=[{key: row[key] for key in ("model", "decoding", "bleu", "chrf")} for row in rows],
         figures=figures,
     )

@@ -366,6 +366,10 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
         rows.append(("gradient clipping", f"max norm {args['max_grad_norm']:g}" if args["max_grad_norm"] else "none"))
     if args.get("max_tokens"):  # a `train` option, not a TrainingArguments field: given in `training`
         rows.append(("batch (5.1)", f"~{args['max_tokens']:,} tokens of pairs of similar length"))
+    if args.get("bpe_dropout"):  # a `train` option too
+        sides = "pairs" if args.get("bpe_dropout_target", True) else "sources"
+        rows.append(("BPE-dropout", f"{args['bpe_dropout']:g} on the training {sides}, drawn anew every epoch "
+                                    "(not in the paper: Provilkov et al., 2020)"))
     if args.get("gradient_accumulation_steps", 1) > 1:
         rows.append(("gradient accumulation", f"{args['gradient_accumulation_steps']} steps"))
     if trainer_state:

@@ -32,6 +32,7 @@ from .number_words import number_words_corpus
 from .tokenization import train_tokenizer
 from .training import (
     PAPER_RECIPE,
+    BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
     TrainingTimeBudget,
     paper_learning_rate,
@@ -92,6 +93,14 @@ class DataArguments:
         default=4096, metadata={"help": "Tokens per training batch (section 5.1); 0 batches by sentences."}
     )
     max_eval_samples: int | None = field(default=None)
+    bpe_dropout: float = field(
+        default=0.0, metadata={"help": "BPE-dropout probability for the training pairs, segmented anew every epoch "
+                                       "(Provilkov et al., 2020; not in the paper; default 0)."}
+    )
+    bpe_dropout_target: bool = field(
+        default=True, metadata={"help": "With --bpe_dropout, segment the targets with dropout too (false: sources "
+                                        "only)."}
+    )
     demo_train_size: int = field(default=60000, metadata={"help": "Number-words demo: training pairs."})
     demo_max_digits: int = field(default=6, metadata={"help": "Number-words demo: numbers below 10**digits."})
 
@@ -261,7 +270,17 @@ def main(argv: list[str] | None = None):
             name: split.map(tokenize, batched=True, remove_columns=split.column_names, desc=f"tokenizing {name}")
             for name, split in splits.items()
         }
+    if data_args.bpe_dropout:  # the texts of the pairs kept by the length filter, segmented anew every epoch
+        tokenized["train"] = tokenized["train"].add_column("translation", splits["train"]["translation"])
     tokenized["train"] = filter_long_pairs(tokenized["train"], data_args.max_source_length, data_args.max_target_length)
+    train_dataset = tokenized["train"]
+    if data_args.bpe_dropout:
+        if not data_args.max_tokens:
+            raise ValueError("--bpe_dropout needs token batches (--max_tokens > 0): lengths change every epoch.")
+        train_dataset = BPEDropoutDataset.from_translations(
+            train_dataset, data_args.source_lang, data_args.target_lang, tokenizer, data_args.bpe_dropout,
+            seed=training_args.seed, target_side=data_args.bpe_dropout_target,
+        )
 
     eval_dataset = tokenized.get("validation")
     if eval_dataset is not None and data_args.max_eval_samples:
@@ -269,7 +288,7 @@ def main(argv: list[str] | None = None):
     trainer = TokenBatchSeq2SeqTrainer(
         model=model,
         args=training_args,
-        train_dataset=tokenized["train"],
+        train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
@@ -346,7 +365,8 @@ def write_model_card(trainer, metrics, pairs, hypotheses, data_args):
             dict(source=pair[data_args.source_lang], reference=pair[data_args.target_lang], hypothesis=hypothesis)
             for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:5]
         ],
-        training=dict(max_tokens=data_args.max_tokens),
+        training=dict(max_tokens=data_args.max_tokens, bpe_dropout=data_args.bpe_dropout,
+                      bpe_dropout_target=data_args.bpe_dropout_target),
     )
     output_dir = Path(trainer.args.output_dir)
     (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")

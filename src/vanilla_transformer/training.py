@@ -3,6 +3,7 @@
 - `paper_training_arguments`: Adam(0.9, 0.98, 1e-9), the section 5.3 learning rate, label smoothing 0.1.
 - `TokenBatchSeq2SeqTrainer`: a `Seq2SeqTrainer` whose training batches hold ~`max_tokens` tokens of similar
   length (section 5.1) instead of a fixed number of sentences.
+- `BPEDropoutDataset`: training pairs segmented anew every epoch with BPE-dropout (not in the paper).
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
@@ -12,12 +13,13 @@ import time
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
-from .batching import TokenBatchSampler
+from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .metrics import load_bleu, load_chrf
+from .tokenization import BPEDropout
 
 
 logger = logging.getLogger(__name__)
@@ -92,15 +94,16 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         if self.max_tokens is None:
             return super().get_train_dataloader()
-        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        dataset = self.train_dataset
+        if not isinstance(dataset, BPEDropoutDataset):
+            dataset = self._remove_unused_columns(dataset, description="Training")
         # Same batches on every process; a multiple of processes x accumulation steps, so no batch is repeated to
         # even out the last optimizer step.
-        sampler = TokenBatchSampler.from_dataset(
-            dataset,
-            self.max_tokens,
-            seed=self.args.seed,
-            num_replicas=self.args.world_size * self.args.gradient_accumulation_steps,
-        )
+        batching = dict(seed=self.args.seed, num_replicas=self.args.world_size * self.args.gradient_accumulation_steps)
+        if isinstance(dataset, BPEDropoutDataset):
+            sampler = ResegmentedTokenBatchSampler(dataset, self.max_tokens, **batching)
+        else:
+            sampler = TokenBatchSampler.from_dataset(dataset, self.max_tokens, **batching)
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
@@ -110,6 +113,66 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
             worker_init_fn=seed_worker,
         )
         return self.accelerator.prepare(loader)
+
+
+class BPEDropoutDataset(Dataset):
+    """Training pairs for `TokenBatchSeq2SeqTrainer`, segmented anew every epoch with BPE-dropout
+    (`tokenization.BPEDropout`, probability `p`; not in the paper): both sides, as Provilkov et al. do, or with
+    `target_side=False` the sources only, the targets keeping the tokenizer's own segmentation. Validation and test
+    keep it too. Epoch e draws from `numpy.random.default_rng([seed, e])`, so a seed gives the same segmentations in
+    every run and every process; the Trainer's `set_epoch` selects the epoch. Items are `{input_ids,
+    attention_mask, labels}` for `DataCollatorForSeq2Seq`; the trainer batches them by each epoch's lengths
+    (`batching.ResegmentedTokenBatchSampler`)."""
+
+    def __init__(
+        self, sources: list[str], targets: list[str], tokenizer, p: float, seed: int = 0, target_side: bool = True
+    ):
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets: pairs must be aligned")
+        if not sources:
+            raise ValueError("BPEDropoutDataset needs at least one sentence pair")
+        self.bpe_dropout = BPEDropout(tokenizer, p)
+        self.seed = seed
+        self.target_side = target_side
+        self.epoch = 0
+        # Pre-tokenized once; only the merges are drawn every epoch.
+        self._source_words = [self.bpe_dropout.words(text) for text in sources]
+        self._target_words = [self.bpe_dropout.words(text) for text in targets]
+        if not target_side:
+            self._target_ids = BPEDropout(tokenizer, 0.0).encode(self._target_words, rng=None)
+        self._segmented_epoch, self._segmented = None, None
+
+    @classmethod
+    def from_translations(cls, dataset, source_lang: str, target_lang: str, tokenizer, p: float, seed: int = 0,
+                          target_side: bool = True):
+        """From a `datasets.Dataset` with a `translation` column of `{source_lang: str, target_lang: str}`."""
+        pairs = dataset["translation"]
+        return cls([pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs], tokenizer, p, seed,
+                   target_side)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def segmented(self, epoch: int) -> tuple[list[list[int]], list[list[int]]]:
+        """The (source ids, target ids) of every pair in `epoch`; the last epoch asked for is kept."""
+        if self._segmented_epoch != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            sources = self.bpe_dropout.encode(self._source_words, rng)
+            targets = self.bpe_dropout.encode(self._target_words, rng) if self.target_side else self._target_ids
+            self._segmented = sources, targets
+            self._segmented_epoch = epoch
+        return self._segmented
+
+    def lengths(self, epoch: int) -> tuple[list[int], list[int]]:
+        """Source and target lengths of every pair in `epoch`, in tokens (with `</s>`)."""
+        return tuple([len(ids) for ids in side] for side in self.segmented(epoch))
+
+    def __len__(self) -> int:
+        return len(self._source_words)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        sources, targets = self.segmented(self.epoch)
+        return {"input_ids": sources[index], "attention_mask": [1] * len(sources[index]), "labels": targets[index]}
 
 
 class TrainingTimeBudget(TrainerCallback):
@@ -174,6 +237,7 @@ def translation_metrics(tokenizer):
 
 
 __all__ = [
+    "BPEDropoutDataset",
     "PAPER_RECIPE",
     "TokenBatchSeq2SeqTrainer",
     "TrainingTimeBudget",
