@@ -8,7 +8,7 @@ dropout alone, forward and backward, on a (tokens x d_ff) tensor.
 
     python benchmarks/dropout_speed.py --bf16 --attn-implementation eager --max-tokens 2048   # bf16, the paper's dropout
     python benchmarks/dropout_speed.py --max-tokens 4096                                     # fp32, sdpa
-    python benchmarks/dropout_speed.py ... --attention-dropout 0.1   # + attention/ReLU dropout: with bf16, the Multi30k recipe
+    python benchmarks/dropout_speed.py ... --attention-dropout 0.1                            # + attention/ReLU dropout
     python benchmarks/dropout_speed.py --smoke
 """
 
