@@ -64,6 +64,20 @@ def test_dropout_speed_smoke(data_dir, tmp_path):
     assert report["settings"]["attention_and_relu_dropout"] == 0.1
 
 
+def test_loss_speed_smoke(data_dir, tmp_path):
+    stdout, report = run_smoke("loss_speed", data_dir, tmp_path)
+    header, *rows = table_rows(stdout)
+    assert header[:3] == ["logits", "loss", "ms per batch, median (min-max)"]
+    losses = ["torch cross_entropy", "chunked (package)"]
+    assert [row[:2] for row in rows] == [[setting, loss] for setting in ("bf16", "fp32") for loss in losses]
+    for setting, per_loss in report["times_ms"].items():
+        assert all(len(times) == 2 and min(times) > 0 for times in per_loss.values())
+        assert report["speedups"][setting] == pytest.approx(statistics.median(per_loss["torch cross_entropy"])
+                                                            / statistics.median(per_loss["chunked (package)"]))
+        torch_value, chunked_value = report["first_batch_losses"][setting].values()
+        assert chunked_value == pytest.approx(torch_value, rel=1e-4)
+
+
 def test_generate_speed_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("generate_speed", data_dir, tmp_path)
     header, *rows = table_rows(stdout)

@@ -170,9 +170,13 @@ def test_bf16_training_on_cpu_hands_the_loss_bfloat16_logits_and_logs_the_gradie
         return fused_loss(outputs, labels, num_items_in_batch)
 
     trainer.compute_loss_func = spy_loss
-    norms = []
-    clip = trainer.accelerator.clip_grad_norm_
-    monkeypatch.setattr(trainer.accelerator, "clip_grad_norm_", lambda *a, **k: norms.append(clip(*a, **k)) or norms[-1])
+    norms, clip = [], trainer.accelerator.clip_grad_norm_
+
+    def counted_clip(*args, **kwargs):
+        norms.append(clip(*args, **kwargs))
+        return norms[-1]
+
+    monkeypatch.setattr(trainer.accelerator, "clip_grad_norm_", counted_clip)
     trainer.train()
     assert seen_dtypes == [torch.bfloat16] * 6
     wrapper = getattr(model.forward, "__func__", model.forward).__wrapped__
