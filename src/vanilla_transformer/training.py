@@ -13,8 +13,8 @@ from types import MethodType
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 from accelerate.utils.operations import ConvertOutputsToFp32
+from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer_utils import seed_worker
@@ -126,9 +126,10 @@ def label_smoothed_cross_entropy(epsilon: float):
         if logits.device.type == "cpu":
             with torch.autocast("cpu", enabled=False):
                 loss = ChunkedLabelSmoothedCrossEntropy.apply(logits.flatten(0, -2), labels.flatten(), epsilon, -100)
-        else:
+        else:  # half-precision logits are upcast first, as accelerate's float32 copy of the outputs did
             loss = F.cross_entropy(
-                logits.flatten(0, -2), labels.flatten(), ignore_index=-100, label_smoothing=epsilon, reduction="sum"
+                logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100, label_smoothing=epsilon,
+                reduction="sum",
             )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum()
