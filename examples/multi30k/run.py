@@ -9,9 +9,11 @@ checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), 
 The data folder holds Multi30k task 1 as gzip files, one sentence a line (train.{en,de}.gz, val.*, test_2016_flickr.*);
 it is read where it is, never copied. Sizes: "cpu" is a scaled-down model (d_model 256, N = 3, h = 4, d_ff 1024,
 8,000-token BPE: 7.6M parameters) with the paper's residual dropout P_drop 0.1 and, not in the paper, dropout 0.1 on the
-attention weights and after the feed-forward ReLU (tensor2tensor's attention_dropout and relu_dropout), that trains for
-60 minutes on 2 cores (`--max_train_minutes 60`; a slower machine stops earlier, with a checkpoint, on the same
-schedule), since the base model would not get far in an hour there. Within an hour what counted was the number of
+attention weights and after the feed-forward ReLU (tensor2tensor's attention_dropout and relu_dropout), that trains
+7,000 steps on 2 cores, 52.5-55 minutes on the machines of the last sessions (`--max_steps 7000`: a number of updates, not of
+minutes, so that a seed gives the same checkpoints, and so the same BLEU, on machines of other speeds; `--max_train_minutes 60`
+stops a machine too slow for them at 60 minutes, with a checkpoint, on the same schedule), since the base model would
+not get far in an hour there. Within an hour what counted was the number of
 updates: the matrix products run in bfloat16 under autocast (`--bf16 --use_cpu`; weights, Adam and the loss stay
 float32) with the eager attention kernel, whose bfloat16 backward on a CPU is several times faster than sdpa's, which
 makes a step about 1.5x faster than float32 on this project's AVX-512 machine, the package's CPU dropout adds 1.15x, and
@@ -55,7 +57,7 @@ from vanilla_transformer.translate import translate_lines  # noqa: E402
 SIZES = {
     # 2 CPU cores, about an hour: a scaled-down model (see the module docstring).
     "cpu": ["--preset", "base", "--d_model", "256", "--layers", "3", "--heads", "4", "--ffn_dim", "1024",
-            "--max_tokens", "2048", "--warmup_steps", "800", "--max_steps", "10000",
+            "--max_tokens", "2048", "--warmup_steps", "800", "--max_steps", "7000",
             "--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
             "--bf16", "true", "--use_cpu", "true", "--attn_implementation", "eager",
             "--attention_dropout", "0.1", "--activation_dropout", "0.1"],
