@@ -10,27 +10,28 @@ The data folder holds Multi30k task 1 as gzip files, one sentence a line (train.
 it is read where it is, never copied. Sizes: "cpu" is a scaled-down model (d_model 256, N = 3, h = 4, d_ff 1024,
 8,000-token BPE: 7.6M parameters) with the paper's residual dropout P_drop 0.1 and, not in the paper, dropout 0.1 on the
 attention weights and after the feed-forward ReLU (tensor2tensor's attention_dropout and relu_dropout), that trains
-7,000 steps on 2 cores, 52.5-55 minutes on the machines of the last sessions (`--max_steps 7000`: a number of updates, not of
-minutes, so that a seed gives the same checkpoints, and so the same BLEU, on machines of other speeds; `--max_train_minutes 60`
-stops a machine too slow for them at 60 minutes, with a checkpoint, on the same schedule), since the base model would
-not get far in an hour there. Within an hour what counted was the number of
-updates: the matrix products run in bfloat16 under autocast (`--bf16 --use_cpu`; weights, Adam and the loss stay
-float32) with the eager attention kernel, whose bfloat16 backward on a CPU is several times faster than sdpa's, which
-makes a step about 1.5x faster than float32 on this project's AVX-512 machine, the package's CPU dropout adds 1.15x, and
-its chunked label-smoothed loss on the bfloat16 logits with fused Adam 1.34x (7,992 steps of ~2,048 tokens in the hour,
-32.1 epochs; 6,609-7,112 before that last change, on machines of another make, and 4,200 in float32 with torch's dropout
-and the paper's dropout only); batches of ~2,048 tokens instead of ~4,096 give twice as many updates for the same
-tokens; the paper's P_drop 0.1 beats 0.2 and its big-model 0.3; section 5.3's rate as it is (a 2.2e-3 peak at d_model
-256 and 800 warm-up steps) beats half of it, which fits the training pairs faster and translates worse, and 1.5x it,
-which trains worse; a wider model (d_model 384, h 6, d_ff 1,536) makes 0.6x the steps and fell behind once the warm-up
-ended, a deeper one (N = 4) learnt far slower from the start, and a smaller one (d_model 128, N = 4, d_ff 256) makes
-1.57x the steps and ends 0.46 BLEU below on test; the attention and ReLU dropout overfits less on 29,000 pairs: over
-three pairs of runs (seeds 0 and 7 with torch's CPU dropout, seed 0 with the package's) it lowered the final validation
-loss every time and gained 0.23 BLEU on the full validation set and 0.89 on test on average; BPE-dropout learns too
-slowly for an hour; and validation during training is its loss only, so that generate() takes none of the hour: the
-validation BLEU curve is computed from the checkpoints afterwards (README has the runs). "base" is Table 3's base model
-for a GPU. Outputs in --output-dir: the run (checkpoints, trainer_state.json, TensorBoard logs), averaged/ (the model to
-share, with its README.md card and the plots it shows), results.json and results.md (the evaluation table), plots/*.png.
+7,000 steps on 2 cores (`--max_steps 7000`: 52.5 and 55 minutes on two machines of this kind; a number of updates, not
+of minutes, so that a seed gives the same checkpoints, and so the same BLEU, on machines of other speeds), with
+`--max_train_minutes 60` as a guard that stops a machine too slow for them at 60 minutes, with a checkpoint, on the same
+schedule (it stopped one run at step 6,852), since the base model would not get far in an hour there. Within an hour
+what counted was the number of updates: the matrix products run in bfloat16 under autocast (`--bf16 --use_cpu`; weights,
+Adam and the loss stay float32) with the eager attention kernel, whose bfloat16 backward on a CPU is several times
+faster than sdpa's, which makes a step about 1.5x faster than float32 on this project's AVX-512 machine, the package's
+CPU dropout adds 1.15x, and its chunked label-smoothed loss on the bfloat16 logits with fused Adam 1.34x (7,992 steps of
+~2,048 tokens in the hour, 32.1 epochs; 6,609-7,112 before that last change, on machines of another make, and 4,200 in
+float32 with torch's dropout and the paper's dropout only); batches of ~2,048 tokens instead of ~4,096 give twice as
+many updates for the same tokens; the paper's P_drop 0.1 beats 0.2 and its big-model 0.3; section 5.3's rate as it is (a
+2.2e-3 peak at d_model 256 and 800 warm-up steps) beats half of it, which fits the training pairs faster and translates
+worse, and 1.5x it, which trains worse; a wider model (d_model 384, h 6, d_ff 1,536) makes 0.6x the steps and fell
+behind once the warm-up ended, a deeper one (N = 4) learnt far slower from the start, and a smaller one (d_model 128, N
+= 4, d_ff 256) makes 1.57x the steps and ends 0.46 BLEU below on test; the attention and ReLU dropout overfits less on
+29,000 pairs: over three pairs of runs (seeds 0 and 7 with torch's CPU dropout, seed 0 with the package's) it lowered
+the final validation loss every time and gained 0.23 BLEU on the full validation set and 0.89 on test on average;
+BPE-dropout learns too slowly for an hour; and validation during training is its loss only, so that generate() takes
+none of the hour: the validation BLEU curve is computed from the checkpoints afterwards (README has the runs). "base" is
+Table 3's base model for a GPU. Outputs in --output-dir: the run (checkpoints, trainer_state.json, TensorBoard logs),
+averaged/ (the model to share, with its README.md card and the plots it shows), results.json and results.md (the
+evaluation table), plots/*.png.
 """
 
 import argparse
