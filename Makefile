@@ -1,22 +1,26 @@
 # Two commands on a fresh machine: `make demo` runs the main job, `make test` runs the tests.
-# Each installs what it needs into .venv first (CPU build of torch, then the package with its dev extra).
+# Each installs what it needs into .venv first: the CPU build of torch, then the package with the extra it needs
+# (`train` for the demo; `dev`, every extra and pytest, for the tests). `make install` installs the core alone.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: install demo test
 
-$(VENV)/.installed: pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+
+# $(VENV)/.installed-EXTRA: the package installed with that extra (`core`: with none).
+$(VENV)/.installed-%: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e ".$(if $(filter core,$*),,[$*])"
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed-core
 
-demo: install
+demo: $(VENV)/.installed-train
 	$(VENV)/bin/vanilla-transformer train
 
-test: install
+test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q

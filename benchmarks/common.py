@@ -101,7 +101,8 @@ def model_configs(size: str, tokenizer, dropout: float, max_position_embeddings:
         forced_eos_token_id=None,
         max_position_embeddings=max_position_embeddings,
     )
-    return {"ours": common, "marian": marian}
+    # Marian's attention projections have biases; ours get them too, so the two models have the same parameters.
+    return {"ours": dict(common, attention_bias=True), "marian": marian}
 
 
 def build_model(name: str, config_kwargs: dict, seed: int, attn_implementation: str) -> torch.nn.Module:

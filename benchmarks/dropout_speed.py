@@ -1,8 +1,9 @@
-"""Section 5.4's dropout on a CPU: the package's `apply_dropout` (16 random bits per element, one 64-bit draw per four
-elements) against torch's `nn.functional.dropout` (one random float per element), in our model's full training step.
+"""Section 5.4's dropout on a CPU: the package's `cpu_16bit` kernel (dropout.py: 16 random bits per element, one 64-bit
+draw per four elements) against torch's `nn.functional.dropout` (one random float per element), in our model's full
+training step.
 
-One process, one model, the same batches: rounds alternate between the two kernels (the model's `apply_dropout` is
-swapped for torch's), so machine noise hits both alike. A step is forward, label-smoothed cross-entropy (0.1),
+One process, one model, the same batches: rounds alternate between the two kernels (the model's
+`config.dropout_implementation` is switched), so machine noise hits both alike. A step is forward, label-smoothed cross-entropy (0.1),
 backward, Adam(0.9, 0.98, 1e-9) step and zero_grad, with P_drop 0.1, as in `train_throughput.py`. Also timed: the
 dropout alone, forward and backward, on a (tokens x d_ff) tensor.
 
@@ -19,7 +20,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (
@@ -34,13 +34,9 @@ from common import (
 )
 from train_throughput import ADAM, DROPOUT, SMOKE_PAIRS, train_step, training_batches
 
-import vanilla_transformer.modeling_vanilla_transformer as modeling
+from vanilla_transformer.dropout import DROPOUT_FUNCTIONS
 
-PACKAGE_DROPOUT = modeling.apply_dropout
-KERNELS = {
-    "package": PACKAGE_DROPOUT,
-    "torch": lambda x, p, training: F.dropout(x, p=p, training=training),
-}
+KERNELS = {name: DROPOUT_FUNCTIONS[name] for name in ("cpu_16bit", "torch")}
 
 
 def parse_args(argv=None):
@@ -81,14 +77,13 @@ def main(argv=None):
         for round_index in range(args.repeats):
             order = list(KERNELS) if round_index % 2 == 0 else list(KERNELS)[::-1]
             for name in order:
-                modeling.apply_dropout = KERNELS[name]
+                model.config.dropout_implementation = name
                 start = time.perf_counter()
                 for batch in batches:
                     train_step(model, optimizer, batch, "cpu", args.bf16)
                 step_ms[name].append((time.perf_counter() - start) / len(batches) * 1e3)
                 progress.update()
     finally:
-        modeling.apply_dropout = PACKAGE_DROPOUT
         progress.close()
 
     # The dropout alone on one batch's feed-forward activations, forward and backward.
@@ -113,15 +108,15 @@ def main(argv=None):
                     dropout=DROPOUT, attention_and_relu_dropout=args.attention_dropout, max_tokens=args.max_tokens,
                     steps=args.steps, rounds=args.repeats, mean_target_tokens=target_tokens,
                     dropout_alone_shape=list(activations.shape), smoke=args.smoke)
-    speedup = medians["torch"] / medians["package"]
-    print("## Dropout on a CPU: the package's apply_dropout vs torch's, in our model's training step\n")
+    speedup = medians["torch"] / medians["cpu_16bit"]
+    print("## Dropout on a CPU: the package's cpu_16bit kernel vs torch's, in our model's training step\n")
     print("\n".join(environment_lines(env)))
     print(f"- {args.size}, {'bf16 autocast' if args.bf16 else 'fp32'}, {args.attn_implementation} attention, "
           f"P_drop {DROPOUT}, attention/ReLU dropout {args.attention_dropout}; {args.steps} batches of <= "
           f"{args.max_tokens:,} tokens, {args.repeats} rounds per kernel, alternating\n")
     print(markdown_table(["dropout", "ms per step, median (min-max)", "target tok/s",
                           f"dropout alone, fwd+bwd on {tokens} x {model.config.encoder_ffn_dim}, ms"], rows))
-    print(f"\nstep speed-up of the package's dropout: {speedup:.3f}x")
+    print(f"\nstep speed-up of the cpu_16bit kernel: {speedup:.3f}x")
     if args.json is not None:
         args.json.write_text(json.dumps(dict(environment=env, settings=settings, step_ms=step_ms,
                                              dropout_alone_ms=alone_ms, speedup=speedup), indent=2) + "\n")

@@ -4,12 +4,18 @@ import torch
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 
-def tiny_config_for(tokenizer, **overrides):
-    """The tiny size, no dropout, sized and numbered for `tokenizer`'s vocabulary and special tokens."""
+def make_tiny_config(**overrides) -> VanillaTransformerConfig:
+    """The shared tiny configuration: the "tiny" preset (d_model 32, 2+2 layers, 4 heads, d_ff 64, vocabulary 128)
+    with every dropout off, so outputs are deterministic; `overrides` win."""
     return VanillaTransformerConfig.from_preset(
-        "tiny",
+        "tiny", **{"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0, **overrides}
+    )
+
+
+def tiny_config_for(tokenizer, **overrides):
+    """The shared tiny configuration sized and numbered for `tokenizer`'s vocabulary and special tokens."""
+    return make_tiny_config(
         **{
-            "dropout": 0.0,
             "vocab_size": len(tokenizer),
             "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": tokenizer.bos_token_id,
@@ -22,8 +28,7 @@ def tiny_config_for(tokenizer, **overrides):
 
 @pytest.fixture
 def tiny_config():
-    """The shared tiny configuration: d_model 32, 2+2 layers, 4 heads, d_ff 64, vocab 128, no dropout."""
-    return VanillaTransformerConfig.from_preset("tiny", dropout=0.0)
+    return make_tiny_config()
 
 
 @pytest.fixture

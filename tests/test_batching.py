@@ -1,5 +1,6 @@
 """Section 5.1 token batching: token budget counted on padded tensors, coverage, per-epoch shuffling, length grouping,
-and the distributed contract with accelerate's `BatchSamplerShard` (every pair once per epoch across processes)."""
+the distributed contract with accelerate's `BatchSamplerShard` (every pair once per epoch across processes), and the
+same cut batching sentences to translate."""
 
 import logging
 
@@ -14,7 +15,12 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
+from vanilla_transformer.batching import (
+    ResegmentedTokenBatchSampler,
+    TokenBatchSampler,
+    cut_batches,
+    length_sorted_batches,
+)
 
 
 def multi30k_like_lengths(num_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -255,3 +261,23 @@ def test_resegmented_sampler_cuts_each_epoch_by_its_own_lengths_into_as_many_bat
     resumed.set_epoch(2)
     sampler.set_epoch(2)
     assert list(resumed) == list(sampler)
+
+
+# --- Sentences to translate: the same cut, longest first -------------------------------------------------------------
+
+
+def test_translation_batches_are_cut_as_the_training_batches():
+    lengths = [5, 12, 3, 12, 7, 30, 1, 7, 9]
+    batches = length_sorted_batches(lengths, max_tokens=24)
+    assert batches == [[5], [1, 3], [8, 4], [7, 0, 2], [6]]  # longest first, ties in input order
+    widths = sorted(lengths, reverse=True)
+    assert [len(batch) for batch in batches] == [end - start for start, end in cut_batches(widths, max_tokens=24)]
+    assert all(len(batch) * lengths[batch[0]] <= 24 for batch in batches if len(batch) > 1)
+
+
+def test_translation_batches_bounded_by_sentences_and_of_one_length():
+    lengths = [4, 4, 4, 2, 2, 3, 4, 2]
+    assert length_sorted_batches(lengths, max_sentences=3) == [[0, 1, 2], [6, 5, 3], [4, 7]]
+    assert length_sorted_batches(lengths, max_sentences=3, same_length=True) == [[0, 1, 2], [6], [5], [3, 4, 7]]
+    assert length_sorted_batches(lengths, max_tokens=8, same_length=True) == [[0, 1], [2, 6], [5], [3, 4, 7]]
+    assert length_sorted_batches([]) == []

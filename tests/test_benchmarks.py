@@ -57,10 +57,10 @@ def test_dropout_speed_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("dropout_speed", data_dir, tmp_path, "--attention-dropout", "0.1")
     header, *rows = table_rows(stdout)
     assert header[:3] == ["dropout", "ms per step, median (min-max)", "target tok/s"]
-    assert [row[0] for row in rows] == ["package", "torch"]
+    assert [row[0] for row in rows] == ["cpu_16bit", "torch"]
     assert all(len(times) == 2 and min(times) > 0 for times in report["step_ms"].values())
     assert report["speedup"] == pytest.approx(statistics.median(report["step_ms"]["torch"])
-                                              / statistics.median(report["step_ms"]["package"]))
+                                              / statistics.median(report["step_ms"]["cpu_16bit"]))
     assert report["settings"]["attention_and_relu_dropout"] == 0.1
 
 

@@ -8,11 +8,11 @@ from transformers import AutoTokenizer
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.backends import BACKENDS  # noqa: E402
 from vanilla_transformer.cli import main  # noqa: E402
-from vanilla_transformer.ctranslate2_export import export_ctranslate2, transformer_spec_of  # noqa: E402
+from vanilla_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2, transformer_spec_of  # noqa: E402
 from vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty  # noqa: E402
 from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
-from vanilla_transformer.translate import BACKENDS  # noqa: E402
 
 SENTENCES = [
     "A man in an orange hat starring at something.",
@@ -52,7 +52,8 @@ def saved_model(folder, tokenizer, lively=False, **config_overrides):
 
 @pytest.fixture(scope="module")
 def paper_model(tmp_path_factory, tokenizer):
-    """The paper's architecture (post-norm, sinusoidal positions): (model folder, CTranslate2 folder)."""
+    """The paper's architecture (post-norm, sinusoidal positions, attention projections without biases): (model
+    folder, CTranslate2 folder)."""
     root = tmp_path_factory.mktemp("ct2-paper")
     model_dir = saved_model(root / "model", tokenizer)
     return model_dir, export_ctranslate2(model_dir, root / "ct2")
@@ -60,12 +61,14 @@ def paper_model(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def lively_model(tmp_path_factory, tokenizer):
-    """Pre-norm with learned positions, outputs that vary and end: (model folder, CTranslate2 folder)."""
+    """Pre-norm with learned positions and attention biases, outputs that vary and end: (model folder, CTranslate2
+    folder)."""
     root = tmp_path_factory.mktemp("ct2-lively")
     model_dir = saved_model(
         root / "model",
         tokenizer,
         lively=True,
+        attention_bias=True,
         normalize_before=True,
         position_embedding_type="learned",
         max_position_embeddings=128,
@@ -181,6 +184,25 @@ def test_the_shared_embedding_matrix_is_stored_once(paper_model, tokenizer):
     spec.validate()
     spec.optimize()  # as saving does: equal weights become aliases of the first by name
     assert spec.encoder.embeddings[0].weight == spec.decoder.projection.weight == "decoder/embeddings/weight"
+
+
+@pytest.mark.parametrize(("which", "attention_bias"), [("paper_model", False), ("lively_model", True)])
+def test_attention_projections_have_biases_in_the_spec_only_when_the_model_has_them(
+    request, tokenizer, which, attention_bias
+):
+    model = load(request.getfixturevalue(which)[0])
+    assert model.config.attention_bias is attention_bias
+    spec = transformer_spec_of(model, tokenizer)
+    decoder_layer = spec.decoder.layer[0]
+    attention_linears = [*decoder_layer.self_attention.linear, *decoder_layer.attention.linear]
+    assert [linear.has_bias() for linear in attention_linears] == [attention_bias] * 5
+    assert decoder_layer.ffn.linear_0.has_bias()  # the feed-forward layers keep theirs
+
+
+def test_the_quantizations_are_those_ctranslate2_accepts():
+    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
+
+    assert QUANTIZATIONS == ACCEPTED_MODEL_TYPES
 
 
 def test_int8_export_via_the_command_line_translates(paper_model, tmp_path):

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from datasets import Dataset, Features, Translation, Value
+from datasets import Dataset, Features, Translation
 
 from vanilla_transformer import data
 from vanilla_transformer.data import (
@@ -73,7 +73,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     source = write(tmp_path / "s.en", "a\nb\nc\n")
     target = tmp_path / "s.de"
     target.write_bytes(b"a\nb\n\xff\xfe broken\n")
-    with pytest.raises(ValueError, match=r"s\.de, line 3: invalid UTF-8"):
+    with pytest.raises(ValueError, match=r"s\.de: line 3 is not valid UTF-8 \(byte 0xff at column 1\)"):
         load_parallel_files(source, target, "en", "de")
 
 

@@ -66,3 +66,10 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     # computed from the checkpoints at the validation steps (3 and 6) after training.
     assert any("eval_loss" in entry for entry in history) and not any("eval_bleu" in entry for entry in history)
     assert [step for step, _ in json.loads((out / "validation_bleu.json").read_text())] == [3, 6]
+
+
+def test_multi30k_recipe_reads_train_options_spelled_either_way():
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    for flags in (["--max_tokens", "512"], ["--max-tokens", "512"], ["--max-tokens=1024", "--max_tokens=512"]):
+        assert recipe["flag_value"](flags, "--max_tokens", int) == 512
+    assert recipe["flag_value"](["--seed", "3"], "--seed", int) == 3

@@ -2,13 +2,14 @@
 
 Every check recomputes the paper's formula independently in the test (float64 positional encodings, a hand-written
 post-LN layer, `torch.nn.Transformer` as a second implementation) and compares it with the model. Section numbers
-refer to the paper; see also /work/shared/PAPER.md. All configs are tiny so the file runs in seconds on a CPU.
+refer to the paper. All configs are tiny so the file runs in seconds on a CPU.
 """
 
 import math
 
 import pytest
 import torch
+from conftest import make_tiny_config
 from torch import nn
 
 from vanilla_transformer import (
@@ -37,25 +38,6 @@ def reference_positional_encoding(num_positions: int, d_model: int) -> torch.Ten
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe
-
-
-def tiny_config(**overrides) -> VanillaTransformerConfig:
-    """A tiny config (d_model 32, 2+2 layers, 4 heads, d_ff 64) with every dropout off, so outputs are deterministic."""
-    fields = dict(
-        vocab_size=97,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-    )
-    fields.update(overrides)
-    return VanillaTransformerConfig.from_preset("tiny", **fields)
 
 
 @torch.no_grad()
@@ -110,8 +92,9 @@ def hand_layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
 
 
 def hand_linear(x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-    """x W^T + b."""
-    return x @ linear.weight.T + linear.bias
+    """x W^T + b (x W^T for the bias-free projections of section 3.2.2)."""
+    output = x @ linear.weight.T
+    return output if linear.bias is None else output + linear.bias
 
 
 def hand_multi_head_attention(queries, keys_values, attn, num_heads, key_mask=None, causal=False):
@@ -142,15 +125,16 @@ def hand_ffn(x: torch.Tensor, layer) -> torch.Tensor:
     return hand_linear(torch.clamp(hand_linear(x, layer.fc1), min=0.0), layer.fc2)
 
 
-def closed_form_parameter_count(vocab, d_model, ffn, encoder_layers, decoder_layers) -> int:
-    """One shared V x d embedding; encoder layer = 4 projections + FFN + 2 LayerNorms; decoder = 8 + FFN + 3 LNs."""
-    d, f = d_model, ffn
-    projection = d * d + d
+def closed_form_parameter_count(config: VanillaTransformerConfig) -> int:
+    """One shared V x d embedding; encoder layer = 4 projections + FFN + 2 LayerNorms; decoder = 8 + FFN + 3 LNs.
+    A projection is W (d x d), with a bias b only when `attention_bias` (section 3.2.2 has none)."""
+    d, f = config.d_model, config.encoder_ffn_dim
+    projection = d * d + (d if config.attention_bias else 0)
     ffn_params = (d * f + f) + (f * d + d)
     layer_norm = 2 * d
     encoder_layer = 4 * projection + ffn_params + 2 * layer_norm
     decoder_layer = 8 * projection + ffn_params + 3 * layer_norm
-    return vocab * d + encoder_layers * encoder_layer + decoder_layers * decoder_layer
+    return config.vocab_size * d + config.encoder_layers * encoder_layer + config.decoder_layers * decoder_layer
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -208,7 +192,7 @@ def test_sinusoidal_position_encoding_far_positions():
 
 def test_encoder_has_no_maximum_length_with_sinusoids():
     """Sinusoids "may extrapolate to longer sequences" (3.5): a 5,000-token input encodes, with finite outputs."""
-    config = tiny_config(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+    config = make_tiny_config(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                          decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
     model = build_model(config, attn_implementation="sdpa")
     length = 5000
@@ -230,9 +214,12 @@ def test_encoder_has_no_maximum_length_with_sinusoids():
 
 def _copy_attention(target: nn.MultiheadAttention, source) -> None:
     target.in_proj_weight.copy_(torch.cat([source.q_proj.weight, source.k_proj.weight, source.v_proj.weight]))
-    target.in_proj_bias.copy_(torch.cat([source.q_proj.bias, source.k_proj.bias, source.v_proj.bias]))
+    # nn.MultiheadAttention always has biases: zeros stand for the paper's bias-free projections.
+    projections = [source.q_proj, source.k_proj, source.v_proj, source.out_proj]
+    q_bias, k_bias, v_bias, out_bias = (p.bias if p.bias is not None else torch.zeros(p.out_features) for p in projections)
+    target.in_proj_bias.copy_(torch.cat([q_bias, k_bias, v_bias]))
     target.out_proj.weight.copy_(source.out_proj.weight)
-    target.out_proj.bias.copy_(source.out_proj.bias)
+    target.out_proj.bias.copy_(out_bias)
 
 
 def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm) -> None:
@@ -277,10 +264,11 @@ def torch_reference_transformer(model) -> nn.Transformer:
 
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("attention_bias", [False, True], ids=["paper", "attention-bias"])
 @pytest.mark.parametrize("attn_implementation", ATTN_IMPLEMENTATIONS)
-def test_matches_torch_nn_transformer(attn_implementation):
+def test_matches_torch_nn_transformer(attn_implementation, attention_bias):
     """Encoder and decoder outputs equal `nn.Transformer` (post-LN, ReLU, causal decoder mask, padding masks)."""
-    config = tiny_config()
+    config = make_tiny_config(attention_bias=attention_bias)
     model = build_model(config, attn_implementation)
     assert model.config._attn_implementation == attn_implementation
     reference = torch_reference_transformer(model)
@@ -314,7 +302,7 @@ def test_matches_torch_nn_transformer(attn_implementation):
 def test_from_pretrained_round_trip_keeps_the_function(tmp_path):
     """Saved and reloaded (with attn_implementation="sdpa"), the model computes the same function; the sinusoid
     table, which is not a checkpoint parameter, is rebuilt correctly on load."""
-    config = tiny_config()
+    config = make_tiny_config()
     model = build_model(config, "eager")
     model.save_pretrained(tmp_path)
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
@@ -333,16 +321,15 @@ def test_from_pretrained_round_trip_keeps_the_function(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "preset,expected",
-    [("base", 63_082_496), ("big", 214_245_376)],
+    "preset,attention_bias,expected",
+    [("base", False, 63_045_632), ("big", False, 214_171_648), ("base", True, 63_082_496), ("big", True, 214_245_376)],
 )
-def test_parameter_count_matches_closed_form(preset, expected):
-    """With the 37,000-token shared vocabulary (5), base has 63.1M (paper: 65M) and big 214.2M (paper: 213M)."""
-    config = VanillaTransformerConfig.from_preset(preset)
+def test_parameter_count_matches_closed_form(preset, attention_bias, expected):
+    """With the 37,000-token shared vocabulary (5) and bias-free attention, base has 63.0M (paper: 65M) and big 214.2M
+    (paper: 213M); attention biases add 72 x d_model."""
+    config = VanillaTransformerConfig.from_preset(preset, attention_bias=attention_bias)
     assert config.vocab_size == 37000
-    closed_form = closed_form_parameter_count(
-        config.vocab_size, config.d_model, config.encoder_ffn_dim, config.encoder_layers, config.decoder_layers
-    )
+    closed_form = closed_form_parameter_count(config)
     assert closed_form == expected
     with torch.device("meta"):
         model = VanillaTransformerForConditionalGeneration(config)
@@ -366,13 +353,12 @@ def test_presets_follow_table_3():
         assert config.position_embedding_type == "sinusoidal"
 
 
-def test_tiny_parameter_count_on_cpu():
+@pytest.mark.parametrize("attention_bias", [False, True])
+def test_tiny_parameter_count_on_cpu(attention_bias):
     """The closed form also holds for a real (non-meta) model: sinusoids add no parameters, no final stack norm."""
-    config = tiny_config()
+    config = make_tiny_config(attention_bias=attention_bias)
     model = VanillaTransformerForConditionalGeneration(config)
-    assert count_parameters(model) == closed_form_parameter_count(
-        config.vocab_size, config.d_model, config.encoder_ffn_dim, config.encoder_layers, config.decoder_layers
-    )
+    assert count_parameters(model) == closed_form_parameter_count(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -382,7 +368,7 @@ def test_tiny_parameter_count_on_cpu():
 
 def test_three_way_weight_tie():
     """Encoder embedding, decoder embedding and lm_head are the very same tensor as `model.shared` (3.4)."""
-    model = build_model(tiny_config())
+    model = build_model(make_tiny_config())
     shared = model.model.shared
     assert isinstance(model.model, VanillaTransformerModel)
     assert isinstance(shared, nn.Embedding)
@@ -401,7 +387,7 @@ def test_three_way_weight_tie():
 
 def test_logits_are_decoder_output_times_shared_embedding():
     """Pre-softmax linear transformation = E^T with no bias (3.4): logits == h_dec @ shared.weight.T."""
-    config = tiny_config()
+    config = make_tiny_config()
     model = build_model(config)
     src, src_mask = padded_batch([6, 4], 6, config.vocab_size, seed=4)
     tgt, tgt_mask = padded_batch([5, 5], 5, config.vocab_size, seed=5)
@@ -419,7 +405,7 @@ def test_logits_are_decoder_output_times_shared_embedding():
 
 def test_layer_zero_input_is_scaled_embedding_plus_positions():
     """Input to the first layer of each stack = E[ids] * sqrt(d_model) + PE(0..T-1) (dropout off)."""
-    config = tiny_config()
+    config = make_tiny_config()
     model = build_model(config)
     assert model.model.encoder.embed_scale == pytest.approx(math.sqrt(config.d_model))
     src, src_mask = padded_batch([9, 9], 9, config.vocab_size, seed=6)
@@ -442,7 +428,7 @@ def test_layer_zero_input_is_scaled_embedding_plus_positions():
 @pytest.mark.parametrize("attn_implementation", ATTN_IMPLEMENTATIONS)
 def test_encoder_layer_is_post_layer_norm_by_hand(attn_implementation):
     """One encoder layer = LayerNorm(y + FFN(y)) with y = LayerNorm(x + SelfAttn(x)); no final stack norm (3.1)."""
-    config = tiny_config(encoder_layers=1, decoder_layers=1)
+    config = make_tiny_config(encoder_layers=1, decoder_layers=1)
     model = build_model(config, attn_implementation)
     layer = model.model.encoder.layers[0]
     src, src_mask = padded_batch([8, 5], 8, config.vocab_size, seed=8)
@@ -460,7 +446,7 @@ def test_encoder_layer_is_post_layer_norm_by_hand(attn_implementation):
 @pytest.mark.parametrize("attn_implementation", ATTN_IMPLEMENTATIONS)
 def test_decoder_layer_is_post_layer_norm_by_hand(attn_implementation):
     """One decoder layer: masked self-attention, encoder-decoder attention, FFN, each LayerNorm(x + Sublayer(x))."""
-    config = tiny_config(encoder_layers=1, decoder_layers=1)
+    config = make_tiny_config(encoder_layers=1, decoder_layers=1)
     model = build_model(config, attn_implementation)
     layer = model.model.decoder.layers[0]
     heads = config.decoder_attention_heads
@@ -484,7 +470,7 @@ def test_decoder_layer_is_post_layer_norm_by_hand(attn_implementation):
 
 def test_decoder_is_causal():
     """Position i attends only to positions <= i (3.1): changing later target tokens leaves earlier logits unchanged."""
-    config = tiny_config()
+    config = make_tiny_config()
     model = build_model(config)
     src, src_mask = padded_batch([7, 7], 7, config.vocab_size, seed=12)
     tgt, tgt_mask = padded_batch([6, 6], 6, config.vocab_size, seed=13)
@@ -499,7 +485,7 @@ def test_decoder_is_causal():
 
 def test_incremental_decoding_offsets_positions_by_cache_length():
     """Decoding one token at a time with the cache equals the full pass (PE uses position = cache length + t)."""
-    config = tiny_config()
+    config = make_tiny_config()
     model = build_model(config)
     src, src_mask = padded_batch([7, 4], 7, config.vocab_size, seed=14)
     tgt, _ = padded_batch([5, 5], 5, config.vocab_size, seed=15)
@@ -528,8 +514,8 @@ def test_incremental_decoding_offsets_positions_by_cache_length():
 def test_learned_positions_add_one_table_per_stack():
     """Learned positions (row E) add max_position_embeddings x d_model parameters to each of the two stacks."""
     max_positions = 40
-    sinusoidal = build_model(tiny_config(max_position_embeddings=max_positions))
-    learned = build_model(tiny_config(position_embedding_type="learned", max_position_embeddings=max_positions))
+    sinusoidal = build_model(make_tiny_config(max_position_embeddings=max_positions))
+    learned = build_model(make_tiny_config(position_embedding_type="learned", max_position_embeddings=max_positions))
     extra = count_parameters(learned) - count_parameters(sinusoidal)
     assert extra == 2 * max_positions * learned.config.d_model
     src, src_mask = padded_batch([10, 6], 10, learned.config.vocab_size, seed=16)
@@ -546,8 +532,8 @@ def test_learned_positions_add_one_table_per_stack():
 
 def test_pre_layer_norm_runs_and_differs_from_post_layer_norm():
     """normalize_before=True (x + Sublayer(LayerNorm(x))) runs, and with the same weights differs from post-LN."""
-    post = build_model(tiny_config())
-    pre_config = tiny_config(normalize_before=True)
+    post = build_model(make_tiny_config())
+    pre_config = make_tiny_config(normalize_before=True)
     pre_config._attn_implementation = "eager"
     pre = VanillaTransformerForConditionalGeneration(pre_config).eval()
     result = pre.load_state_dict(post.state_dict(), strict=False)

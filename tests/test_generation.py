@@ -1,13 +1,17 @@
 """generate(): every decoding mode, the cache, and section 6.1's decoding (beam 4, GNMT length penalty 0.6,
 maximum output length source + 50), checked against brute force and against single-sentence decoding."""
 
+import inspect
 import itertools
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from conftest import make_tiny_config
+from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.generation_vanilla_transformer import (
     MaxLengthOverSourceLogitsProcessor,
     gnmt_length_penalty,
@@ -173,7 +177,7 @@ def all_finished_hypotheses(model, input_ids, max_tokens):
 @pytest.mark.parametrize("length_penalty_type", ["gnmt", "transformers"])
 def test_length_penalty_matches_brute_force_rescoring(length_penalty_type):
     torch.manual_seed(0)
-    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=6, dropout=0.0)
+    config = make_tiny_config(vocab_size=6)
     model = VanillaTransformerForConditionalGeneration(config).eval()
     input_ids = torch.tensor([[4, 5, 5, 4, 2]])
     max_tokens, alpha = 3, 0.6
@@ -270,3 +274,60 @@ def test_paper_decoding_does_not_stop_at_short_hypotheses_of_a_confident_model(t
 def test_unknown_length_penalty_type_is_refused(tiny_model, batch):
     with pytest.raises(ValueError, match="length_penalty_type"):
         tiny_model.generate(input_ids=batch["input_ids"], length_penalty_type="fairseq")
+
+
+# Settings whose outputs differ on ShortOrLong: the short output wins under the first and last, the long one otherwise.
+PENALTY_SETTINGS = [("gnmt", 0.6), ("transformers", 0.6), ("gnmt", 2.0), ("transformers", 0.0)]
+
+
+def test_concurrent_generate_calls_with_different_settings_equal_serial_calls(tiny_model):
+    """Nothing per call is stored on the model: threads sharing one model and decoding with different length
+    penalties get exactly what each setting gives alone."""
+    input_ids = torch.tensor([[5, 6, 2], [9, 10, 2]])
+
+    def decode(setting):
+        length_penalty_type, alpha = setting
+        out = tiny_model.generate(
+            input_ids=input_ids,
+            length_penalty_type=length_penalty_type,
+            length_penalty=alpha,
+            logits_processor=[ShortOrLong()],
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        return out.sequences.tolist(), out.sequences_scores.tolist()
+
+    serial = {setting: decode(setting) for setting in PENALTY_SETTINGS}
+    assert serial[PENALTY_SETTINGS[0]][0] != serial[PENALTY_SETTINGS[1]][0]  # the settings do decode differently
+    assert len({str(result) for result in serial.values()}) == len(PENALTY_SETTINGS)
+
+    barrier = threading.Barrier(len(PENALTY_SETTINGS))
+
+    def decode_repeatedly(setting):
+        barrier.wait()
+        return [decode(setting) for _ in range(6)]
+
+    with ThreadPoolExecutor(len(PENALTY_SETTINGS)) as pool:
+        concurrent = dict(zip(PENALTY_SETTINGS, pool.map(decode_repeatedly, PENALTY_SETTINGS)))
+    for setting, results in concurrent.items():
+        assert results == [serial[setting]] * 6, setting
+
+
+def test_the_private_beam_search_methods_we_extend_still_take_what_we_use():
+    """The generation mixin extends two private methods of transformers' beam search and its `_reorder_cache` hook;
+    fail loudly, naming the method, if transformers renames them or their arguments or stops calling them."""
+    used = {
+        "_update_finished_beams": {"topk_log_probs", "cur_len", "decoder_prompt_len", "length_penalty"},
+        "_check_early_stop_heuristic": {
+            "running_beam_scores", "cur_len", "max_length", "decoder_prompt_len", "early_stopping", "length_penalty"
+        },
+    }
+    beam_search = inspect.getsource(GenerationMixin._beam_search)
+    for method, arguments in used.items():
+        parameters = set(inspect.signature(getattr(GenerationMixin, method)).parameters)
+        assert arguments <= parameters, (method, arguments - parameters)
+        call = beam_search[beam_search.index(f"self.{method}(") :]
+        call = call[: call.index("\n            )")]
+        for argument in arguments:  # passed by keyword, as the overrides' **state expects
+            assert f"{argument}=" in call, (method, argument)
+    assert "self._reorder_cache(" in beam_search

@@ -16,7 +16,6 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from vanilla_transformer.modeling_vanilla_transformer import apply_dropout
 
 
 def build(config, attn_implementation="sdpa", seed=0):
@@ -207,60 +206,6 @@ def test_dropout_is_active_in_training_only():
     assert torch.equal(model(**inputs).logits, model(**inputs).logits)
 
 
-# Section 5.4's dropout as drawn on a CPU (`apply_dropout`: 16 random bits per element, four per 64-bit draw).
-DROPOUT_ELEMENTS = 400_003  # not a multiple of 4: the last draw is only partly used
-
-
-def dropout_mask(p, seed=0):
-    torch.manual_seed(seed)
-    return apply_dropout(torch.ones(DROPOUT_ELEMENTS), p, training=True) != 0
-
-
-@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
-def test_cpu_dropout_drops_each_element_with_probability_p_and_keeps_the_expectation(p):
-    x = torch.ones(DROPOUT_ELEMENTS, requires_grad=True)
-    y = apply_dropout(x, p, training=True)
-    kept = y.detach() != 0
-    # 6 standard deviations of a binomial: a wrong rate fails, chance does not (p is rounded to 1/65,536).
-    tolerance = 6 * (p * (1 - p) / DROPOUT_ELEMENTS) ** 0.5
-    assert abs((1 - kept.double().mean().item()) - p) < tolerance
-    # Each of the four 16-bit parts of a 64-bit draw drops at rate p (a sign bit that is never set would not).
-    for offset in range(4):
-        assert abs((1 - kept[offset::4].double().mean().item()) - p) < 2 * tolerance
-    scale = 65536 / (65536 - round(p * 65536))
-    # The scale of the rounded p (65,536 / 58,982 for 0.1, not 1 / 0.9), exactly.
-    torch.testing.assert_close(y.detach()[kept], torch.full((int(kept.sum()),), scale), rtol=0, atol=0)
-    assert abs(y.detach().double().mean().item() - 1) < tolerance / (1 - p)
-    y.sum().backward()  # the gradient goes through the kept elements only, with the same scale
-    torch.testing.assert_close(x.grad, torch.where(kept, scale, 0.0), rtol=0, atol=0)
-
-
-def test_cpu_dropout_masks_are_independent_and_follow_the_seed():
-    p = 0.3
-    first, second = dropout_mask(p), dropout_mask(p)
-    assert torch.equal(first, second)  # same seed, same mask: runs are reproducible
-    torch.manual_seed(0)
-    x = torch.ones(DROPOUT_ELEMENTS)
-    one_call, next_call = apply_dropout(x, p, True) != 0, apply_dropout(x, p, True) != 0
-    tolerance = 6 * (p * (1 - p) / DROPOUT_ELEMENTS) ** 0.5
-    # Independent elements: neighbours (within a 64-bit draw and across draws) and the next call's mask are both
-    # dropped with probability p^2.
-    draws = one_call[: DROPOUT_ELEMENTS // 4 * 4].view(-1, 4)  # one row per 64-bit draw
-    for left, right in [(one_call[:-1], one_call[1:]), (draws[:-1, 3], draws[1:, 0]), (one_call, next_call)]:
-        assert abs((~left & ~right).double().mean().item() - p * p) < tolerance
-    assert not torch.equal(dropout_mask(p, seed=1), first)
-
-
-def test_cpu_dropout_is_the_identity_when_off_and_keeps_dtype_and_shape():
-    x = torch.randn(3, 5, 7, dtype=torch.bfloat16)
-    assert apply_dropout(x, 0.1, training=False) is x
-    assert apply_dropout(x, 0.0, training=True) is x
-    y = apply_dropout(x, 0.1, training=True)
-    assert y.dtype == torch.bfloat16 and y.shape == x.shape
-    kept = y != 0
-    torch.testing.assert_close(y[kept], (x * (65536 / (65536 - 6554)))[kept])
-
-
 def test_generate_greedy_and_beam(tiny_model, batch):
     for num_beams in [1, 4]:
         generated = tiny_model.generate(
@@ -290,6 +235,43 @@ def test_save_and_load_round_trip_keeps_outputs_and_one_tied_matrix(tiny_model, 
     assert len(shared_storage(loaded)) == 1
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, tiny_model(**batch).logits, atol=0, rtol=0)
+
+
+def test_presets_and_a_new_config_build_attention_without_biases():
+    """Section 3.2.2's projections W^Q, W^K, W^V, W^O have no biases (nor has tensor2tensor)."""
+    for config in [VanillaTransformerConfig(), VanillaTransformerConfig.from_preset("tiny")]:
+        model = VanillaTransformerForConditionalGeneration(config)
+        attentions = [m for m in model.modules() if m.__class__.__name__ == "VanillaTransformerAttention"]
+        assert len(attentions) == 3 * config.encoder_layers  # encoder self, decoder self and encoder-decoder
+        for attention in attentions:
+            assert all(p.bias is None for p in (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj))
+        assert not any(name.endswith("_proj.bias") for name, _ in model.named_parameters())
+
+
+def test_a_folder_saved_with_attention_biases_loads_exactly_as_saved(batch, tmp_path):
+    """A config.json written before `attention_bias` existed (no such key) describes projections with biases: the
+    folder loads with them, every weight used, and gives the outputs it gave when saved."""
+    config = VanillaTransformerConfig.from_preset("tiny", dropout=0.0, attention_bias=True)
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():  # non-zero biases, so that dropping them would change the outputs
+        for name, parameter in model.named_parameters():
+            if name.endswith("_proj.bias"):
+                parameter.normal_()
+    model.save_pretrained(tmp_path)
+    saved_config = json.loads((tmp_path / "config.json").read_text())
+    del saved_config["attention_bias"]
+    (tmp_path / "config.json").write_text(json.dumps(saved_config))
+
+    loaded, info = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    assert loaded.config.attention_bias is True
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(**batch).logits, model(**batch).logits, atol=0, rtol=0)
+    assert AutoConfig.from_pretrained(tmp_path).attention_bias is True
+    # A bias-free folder saved now says so and stays bias-free.
+    VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_preset("tiny")).save_pretrained(tmp_path)
+    assert VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).config.attention_bias is False
 
 
 def test_resize_token_embeddings_keeps_the_three_way_tie(tiny_model, batch, tmp_path):

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer.text_files import InvalidUTF8Error, read_lines
 from vanilla_transformer.tokenization import SPECIAL_TOKENS, BPEDropout, train_tokenizer
 
 
@@ -33,11 +34,6 @@ HARD_TEXTS = [
     "Ünïcödé ß, 中文, emoji 🙂 and an apostrophe: don't",
     "x",
 ]
-
-
-def read_lines(path):
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        return lines.read().splitlines()
 
 
 def bpe_model(tokenizer):
@@ -159,6 +155,10 @@ def test_bad_input_raises_clear_errors(tmp_path):
         train_tokenizer(empty, show_progress=False)
     with pytest.raises(TypeError, match='row\\["translation"\\]'):
         train_tokenizer([{"en": "A man.", "de": "Ein Mann."}], show_progress=False)
+    broken = tmp_path / "broken.en"
+    broken.write_bytes(b"A man.\nTwo \xe9 dogs.\n")
+    with pytest.raises(InvalidUTF8Error, match=r"broken\.en: line 2 is not valid UTF-8 \(byte 0xe9 at column 5\)"):
+        train_tokenizer([broken], show_progress=False)
 
 
 @pytest.mark.parametrize("language", ["en", "de"])

@@ -1,5 +1,6 @@
-"""`translate_lines`, `read_lines` and the `translate` and `evaluate` commands, on a tiny random model whose outputs are
-restricted to lowercase letters and spaces, so that every translation is readable text that tells its input apart."""
+"""`translate_lines`, `text_files.read_lines` and the `translate` and `evaluate` commands, on a tiny random model whose
+outputs are restricted to lowercase letters and spaces, so that every translation is readable text that tells its input
+apart."""
 
 import gzip
 import io
@@ -15,7 +16,8 @@ from conftest import tiny_config_for
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.translate import InvalidUTF8Error, read_lines, translate_lines
+from vanilla_transformer.text_files import InvalidUTF8Error, iter_lines, read_lines
+from vanilla_transformer.translate import translate_lines
 
 
 TOKENIZER_TEXT = [
@@ -45,7 +47,8 @@ DECODING_FLAGS = ["--num-beams", "1", "--max-new-tokens", "8"]
 def model_and_tokenizer():
     tokenizer = train_tokenizer(TOKENIZER_TEXT, vocab_size=200, show_progress=False)
     tokenizer.model_max_length = MODEL_MAX_LENGTH
-    config = tiny_config_for(tokenizer, init_std=1.0)  # larger random embeddings: the output depends more on the input
+    # Larger random embeddings and attention biases: the output of a random model then depends on its input.
+    config = tiny_config_for(tokenizer, init_std=1.0, attention_bias=True)
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(config).eval()
     # Saved with the model, so the commands decode the same way.
@@ -151,6 +154,14 @@ def test_invalid_utf8_names_the_line_byte_and_column(tmp_path, name):
     with pytest.raises(InvalidUTF8Error) as error:
         read_lines(path)
     assert str(error.value) == f"{path}: line 2 is not valid UTF-8 (byte 0xff at column 4)"
+
+
+def test_iter_lines_reads_one_line_at_a_time(tmp_path):
+    path = write(tmp_path / "input.txt.gz", b"one\ntwo\n\xff\n")
+    lines = iter_lines(path)
+    assert [next(lines), next(lines)] == ["one", "two"]  # the bad line is not read yet
+    with pytest.raises(InvalidUTF8Error, match="line 3 is not valid UTF-8"):
+        next(lines)
 
 
 def test_read_lines_reads_stdin(monkeypatch):

@@ -44,16 +44,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig  # noqa: E402
 from transformers.hf_argparser import string_to_bool  # noqa: E402
 
+from vanilla_transformer import text_files  # noqa: E402
 from vanilla_transformer.attention_plots import attention_weights, plot_attention  # noqa: E402
 from vanilla_transformer.averaging import average_checkpoints, find_checkpoints  # noqa: E402
+from vanilla_transformer.backends import torch_translator  # noqa: E402
 from vanilla_transformer.hub import write_model_card  # noqa: E402
-from vanilla_transformer.metrics import load_bleu, load_chrf  # noqa: E402
+from vanilla_transformer.metrics import score_translations  # noqa: E402
 from vanilla_transformer.train import main as train  # noqa: E402
-from vanilla_transformer.translate import translate_lines  # noqa: E402
 
 SIZES = {
     # 2 CPU cores, about an hour: a scaled-down model (see the module docstring).
@@ -72,20 +72,21 @@ SIZES = {
 # After training: how many of the last checkpoints to average and the beam's length penalty alpha. Section 6.1 averages
 # the last 5 (base models) and uses alpha = 0.6, both "chosen after experimentation on the development set"; for the
 # cpu run we did the same on Multi30k's full validation set (README): the last 20 and alpha = 1.0.
-PAPER_DECODING = dict(average_last=5, length_penalty=0.6)
-DECODING = {"cpu": dict(average_last=20, length_penalty=1.0)}
+PAPER_AFTER_TRAINING = dict(average_last=5, length_penalty=0.6)
+AFTER_TRAINING = {"cpu": dict(average_last=20, length_penalty=1.0)}
 
 
 def flag_value(flags: list[str], name: str, type=str):
-    """The value `train` reads for option `name` from `flags` (the last one given)."""
+    """The value `train` reads for option `name` (e.g. "--max_tokens") from `flags` (the last one given), spelled
+    with underscores or dashes."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument(name, type=type)
-    return vars(parser.parse_known_args(flags)[0])[name.lstrip("-")]
+    parser.add_argument(*dict.fromkeys([name, name.replace("_", "-")]), dest="value", type=type)
+    return parser.parse_known_args(flags)[0].value
 
 
 def read_lines(path: Path, limit: int | None = None) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as file:
-        lines = [line.rstrip("\n") for line in file]
+    """The first `limit` lines of a corpus file (all without a limit)."""
+    lines = text_files.read_lines(path)
     return lines[:limit] if limit else lines
 
 
@@ -111,13 +112,11 @@ def train_run(args, data: Path, limit: int | None):
 
 
 def evaluate(model_dir: Path, sources: list[str], references: list[str], num_beams: int, **generate_kwargs) -> dict:
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to("cuda" if torch.cuda.is_available() else "cpu")
-    hypotheses = translate_lines(model, tokenizer, sources, batch_size=64, num_beams=num_beams, **generate_kwargs)
-    pairs = dict(predictions=hypotheses, references=[[reference] for reference in references])
-    bleu, chrf = load_bleu().compute(**pairs), load_chrf().compute(**pairs)
-    return dict(bleu=bleu["score"], chrf=chrf["score"], bleu_signature=bleu["signature"],
-                chrf_signature=chrf["signature"], hypotheses=hypotheses)
+    translate = torch_translator(model_dir)  # on CUDA when available
+    hypotheses = translate(sources, batch_size=64, num_beams=num_beams, **generate_kwargs)
+    scores = score_translations(hypotheses, references)
+    return dict(**{key: scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+                hypotheses=hypotheses)
 
 
 def validation_bleu_from_checkpoints(run_dir: Path, sources: list[str], references: list[str], every: int,
@@ -171,17 +170,18 @@ def main(argv=None):
     parser.add_argument("--eval-steps", type=int, default=400,
                         help="Validation loss every N steps, and the steps of the validation BLEU curve (400).")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--average-last", type=int, help="Average the last N checkpoints (default: see DECODING).")
+    parser.add_argument("--average-last", type=int,
+                        help="Average the last N checkpoints (default: see AFTER_TRAINING).")
     parser.add_argument("--length-penalty", type=float,
                         help="Beam search's length penalty alpha, saved in the averaged model's generation config "
-                             "(default: see DECODING).")
+                             "(default: see AFTER_TRAINING).")
     parser.add_argument("--skip-training", action="store_true", help="Only average, evaluate, plot and write the card.")
     parser.add_argument("--rescore-validation", action="store_true",
                         help="Recompute the validation BLEU curve from the checkpoints every --eval-steps steps "
                              "(saved as validation_bleu.json) even when training logged it (--size base does).")
     args, overrides = parser.parse_known_args(argv)
     args.train_flags = [*SIZES[args.size], *overrides]  # the later of two values wins
-    for name, value in DECODING.get(args.size, PAPER_DECODING).items():
+    for name, value in AFTER_TRAINING.get(args.size, PAPER_AFTER_TRAINING).items():
         setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     limit = 40 if args.size == "smoke" else None
     if args.size == "smoke":

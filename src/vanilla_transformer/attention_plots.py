@@ -10,10 +10,16 @@ encoder-decoder attention.
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .extras import require
+
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 KINDS = {
@@ -101,7 +107,7 @@ def plot_attention(
     layer: int | None = None,
     head: int | None = None,
     out_path: str | Path | None = None,
-) -> Figure:
+) -> "Figure":
     """
     Heatmaps of one layer of `weights` (from `attention_weights`): head `head` alone, or by default all heads of the
     layer in a grid (2 x 4 for the paper's 8). `kind` is "encoder", "decoder" or "cross" (encoder-decoder). Layers
@@ -111,8 +117,9 @@ def plot_attention(
     labelled with the token that position predicts, so it reads "while producing this token"; the columns of decoder
     self-attention are the decoder's inputs (`<s>`, then the target shifted right). All heatmaps of a figure share
     one colour scale. The figure is a plain matplotlib `Figure` (no pyplot, no window; the Agg renderer draws it),
-    saved to `out_path` when given, in the format its suffix names (".png").
+    saved to `out_path` when given, in the format its suffix names (".png"). Needs the `plots` extra.
     """
+    matplotlib_figure = require("matplotlib.figure", extra="plots")
     if kind not in KINDS:
         raise ValueError(f"Unknown attention kind {kind!r}; choose one of {list(KINDS)}")
     layers = weights[kind]
@@ -131,7 +138,9 @@ def plot_attention(
     grid_columns = math.ceil(len(heads) / grid_rows)
     # About 0.2 inch per token, so that tick labels in 8 points do not overlap, and room for the labels themselves.
     panel = max(3.5, 0.2 * max(len(row_tokens), len(column_tokens)) + 1.5)
-    figure = Figure(figsize=(grid_columns * panel + 1.0, grid_rows * panel + 0.5), layout="constrained")
+    figure = matplotlib_figure.Figure(
+        figsize=(grid_columns * panel + 1.0, grid_rows * panel + 0.5), layout="constrained"
+    )
     axes = figure.subplots(grid_rows, grid_columns, squeeze=False).ravel()
     for unused in axes[len(heads) :]:
         figure.delaxes(unused)

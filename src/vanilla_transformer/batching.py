@@ -1,28 +1,66 @@
-"""Section 5.1 batching: sentence pairs grouped by approximate length, each batch bounded by a number of tokens."""
+"""Section 5.1 batching, for training and for translation: sentences sorted by length and cut greedily into batches
+bounded by a number of padded tokens.
+
+`cut_batches` is the one cut; `length_sorted_batches` applies it to sentences to translate (longest first), and
+`TokenBatchSampler` to training pairs (a `torch` batch sampler, shuffled every epoch and shared among processes).
+"""
 
 import heapq
 import logging
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import pyarrow.compute as pc
-from accelerate.data_loader import BatchSamplerShard
 from torch.utils.data import Sampler
 
 
 logger = logging.getLogger(__name__)
 
 
+def cut_batches(
+    widths: Sequence[int], max_tokens: int | None = None, max_sentences: int | None = None, same_width: bool = False
+) -> list[tuple[int, int]]:
+    """Greedy `(start, end)` slices of `widths` (each sentence's padded length, in the order to batch them): a batch
+    grows until one more sentence would make `len(batch) * its widest sentence` exceed `max_tokens`, or the batch
+    hold more than `max_sentences`. With `same_width`, a batch also ends where the width changes. A sentence wider
+    than `max_tokens` is a batch of its own."""
+    bounds, start, widest = [], 0, 0
+    for position, width in enumerate(widths):
+        widest = max(widest, width)
+        size = position - start + 1  # the batch's size with this sentence
+        if position > start and (
+            (max_tokens and size * widest > max_tokens)
+            or (max_sentences and size > max_sentences)
+            or (same_width and width != widths[position - 1])
+        ):
+            bounds.append((start, position))
+            start, widest = position, width
+    if len(widths):
+        bounds.append((start, len(widths)))
+    return bounds
+
+
+def length_sorted_batches(
+    lengths: Sequence[int], max_tokens: int | None = None, max_sentences: int | None = None, same_length: bool = False
+) -> list[list[int]]:
+    """Indices into `lengths` sorted longest first (ties in input order), cut into batches by `cut_batches`: the
+    batching of translation, where the longest batch comes first so that running out of memory happens at once.
+    `same_length` gives batches of sentences of one length."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable: ties keep input order
+    widths = [lengths[index] for index in order]
+    return [order[start:end] for start, end in cut_batches(widths, max_tokens, max_sentences, same_length)]
+
+
 class TokenBatchSampler(Sampler[list[int]]):
     """Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training batch contained
     a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
 
-    Pairs are sorted by (source length, target length) and cut greedily into batches whose padded source and padded
-    target tensors both hold at most `max_tokens` tokens: `len(batch) * max(padded source len, padded target len) <=
-    max_tokens`. A pair that alone exceeds `max_tokens` becomes a batch of its own and is reported once, never dropped.
-    With `shuffle`, each epoch breaks length ties at random (so batches mix differently) and shuffles the order of the
-    batches; both depend only on `seed` and the epoch given to `set_epoch`. Ties move only pairs of identical lengths,
-    so the batch boundaries, and hence `len()`, are the same in every epoch.
+    Pairs are sorted by (source length, target length) and cut greedily (`cut_batches`) into batches whose padded
+    source and padded target tensors both hold at most `max_tokens` tokens: `len(batch) * max(padded source len,
+    padded target len) <= max_tokens`. A pair that alone exceeds `max_tokens` becomes a batch of its own and is
+    reported once, never dropped. With `shuffle`, each epoch breaks length ties at random (so batches mix
+    differently) and shuffles the order of the batches; both depend only on `seed` and the epoch given to
+    `set_epoch`. Ties move only pairs of identical lengths, so the batch boundaries, and hence `len()`, are the same
+    in every epoch.
 
     Batches are lists of indices into a tokenized dataset with `input_ids` and `labels` columns; pass the sampler as
     `batch_sampler` and let `DataCollatorForSeq2Seq` pad (with the same `pad_to_multiple_of`, if any):
@@ -72,13 +110,15 @@ class TokenBatchSampler(Sampler[list[int]]):
 
         width = self._widths()
         self._report_too_long(width)
-        self._bounds = self._cut(width[self._length_order(rng=None)].tolist(), max_tokens)
+        self._bounds = cut_batches(width[self._length_order(rng=None)].tolist(), max_tokens)
         if num_replicas > 1:
             self._bounds = self._halve_largest(self._bounds, -len(self._bounds) % num_replicas)
 
     @classmethod
     def from_dataset(cls, dataset, max_tokens: int, **kwargs) -> "TokenBatchSampler":
         """The sampler for a tokenized `datasets.Dataset`, lengths read from its `input_ids` and `labels` columns."""
+        import pyarrow.compute as pc  # installed with datasets
+
         table = dataset.with_format("arrow")
         source_lengths = pc.list_value_length(table["input_ids"]).to_numpy()
         target_lengths = pc.list_value_length(table["labels"]).to_numpy()
@@ -98,8 +138,11 @@ class TokenBatchSampler(Sampler[list[int]]):
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return iter(batches)
 
-    def shard(self, rank: int) -> BatchSamplerShard:
-        """The batches of process `rank` of `num_replicas`, split exactly as `accelerator.prepare` splits them."""
+    def shard(self, rank: int):
+        """The batches of process `rank` of `num_replicas`, split exactly as `accelerator.prepare` splits them: an
+        accelerate `BatchSamplerShard`."""
+        from accelerate.data_loader import BatchSamplerShard
+
         return BatchSamplerShard(self, num_processes=self.num_replicas, process_index=rank)
 
     def _length_order(self, rng: np.random.Generator | None) -> np.ndarray:
@@ -114,18 +157,6 @@ class TokenBatchSampler(Sampler[list[int]]):
         if self.pad_to_multiple_of:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
         return width
-
-    @staticmethod
-    def _cut(widths: list[int], max_tokens: int) -> list[tuple[int, int]]:
-        """Greedy (start, end) slices of the length-sorted order, each within `max_tokens` padded tokens."""
-        bounds, start, widest = [], 0, 0
-        for position, width in enumerate(widths):
-            widest = max(widest, width)
-            if position > start and (position - start + 1) * widest > max_tokens:
-                bounds.append((start, position))
-                start, widest = position, width
-        bounds.append((start, len(widths)))
-        return bounds
 
     def _halve_largest(self, bounds: list[tuple[int, int]], times: int) -> list[tuple[int, int]]:
         """Halve the batch holding the most pairs, `times` times."""
@@ -182,8 +213,8 @@ class ResegmentedTokenBatchSampler(TokenBatchSampler):
             low, high = 1, max(widths) * len(widths)  # the smallest budget giving at most `count` batches
             while low < high:
                 middle = (low + high) // 2
-                low, high = (low, middle) if len(self._cut(widths, middle)) <= count else (middle + 1, high)
-            bounds = self._cut(widths, low)
+                low, high = (low, middle) if len(cut_batches(widths, middle)) <= count else (middle + 1, high)
+            bounds = cut_batches(widths, low)
             self._bounds = self._halve_largest(bounds, count - len(bounds))
             self._epoch_of_bounds = self.epoch
         return super().__iter__()

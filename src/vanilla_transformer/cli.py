@@ -1,8 +1,15 @@
-"""The `vanilla-transformer` command: one function per subcommand, listed in `COMMANDS`."""
+"""The `vanilla-transformer` command: one function per subcommand, listed with its one-line summary in `COMMANDS`.
+
+`vanilla-transformer --help` lists the commands, `vanilla-transformer COMMAND --help` gives a command's options. Options
+are spelled with dashes (`--max-new-tokens`); `train` also takes transformers' underscores (`--max_steps`). A command
+whose optional packages are missing says which extra installs them, in one line.
+"""
 
 import argparse
 import functools
 import sys
+
+from .extras import MissingExtraError
 
 
 def average_command(argv: list[str]) -> None:
@@ -89,7 +96,7 @@ def _positive_int(text: str) -> int:
 
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    from .translate import BACKENDS
+    from .backends import BACKENDS
 
     parser.add_argument(
         "--model",
@@ -119,7 +126,7 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _translator(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """The backend's translate function for the model folder, with the command's decoding options bound."""
-    from .translate import BACKENDS
+    from .backends import BACKENDS
 
     try:
         translate = BACKENDS[args.backend](args.model, args.device)
@@ -134,7 +141,7 @@ def _translator(parser: argparse.ArgumentParser, args: argparse.Namespace):
 def _read_lines_or_exit(parser: argparse.ArgumentParser, path: str | None) -> list[str]:
     """The lines of `path` (standard input when None); an unreadable file or a bad byte ends the command with status
     2 and a one-line message naming the file and line, not a traceback."""
-    from .translate import InvalidUTF8Error, read_lines
+    from .text_files import InvalidUTF8Error, read_lines
 
     try:
         return read_lines(path)
@@ -171,7 +178,7 @@ def translate_command(argv: list[str]) -> None:
 
 
 def evaluate_command(argv: list[str]) -> None:
-    from .metrics import load_bleu, load_chrf
+    from .metrics import score_translations
 
     parser = argparse.ArgumentParser(
         prog="vanilla-transformer evaluate",
@@ -199,18 +206,9 @@ def evaluate_command(argv: list[str]) -> None:
     hypotheses = _translator(parser, args)(sources)
     if args.output_hyps:
         _write_lines(args.output_hyps, hypotheses)
-    bleu = load_bleu().compute(predictions=hypotheses, references=[[reference] for reference in references])
-    chrf = load_chrf().compute(predictions=hypotheses, references=[[reference] for reference in references])
-    # sacreBLEU's own report lines.
-    precisions = "/".join(f"{precision:.1f}" for precision in bleu["precisions"])
-    ratio = bleu["sys_len"] / bleu["ref_len"]
-    print(
-        f"BLEU = {bleu['score']:.2f} {precisions} (BP = {bleu['bp']:.3f} ratio = {ratio:.3f} "
-        f"hyp_len = {bleu['sys_len']} ref_len = {bleu['ref_len']})"
-    )
-    print(f"  signature: {bleu['signature']}")
-    print(f"chrF{chrf['beta']}{'+' * chrf['word_order']} = {chrf['score']:.2f}")
-    print(f"  signature: {chrf['signature']}")
+    scores = score_translations(hypotheses, references)
+    print(f"{scores['bleu_report']}\n  signature: {scores['bleu_signature']}")
+    print(f"{scores['chrf_report']}\n  signature: {scores['chrf_signature']}")
 
 
 def plot_attention_command(argv: list[str]) -> None:
@@ -281,24 +279,39 @@ def export_ct2_command(argv: list[str]) -> None:
     print(f"CTranslate2 model written to {args.out}")
 
 
+# Each command with its one-line summary, in the order `--help` lists them.
 COMMANDS = {
-    "train": train_command,
-    "average": average_command,
-    "model-card": model_card_command,
-    "push": push_command,
-    "translate": translate_command,
-    "evaluate": evaluate_command,
-    "plot-attention": plot_attention_command,
-    "export-ct2": export_ct2_command,
+    "train": (train_command, "Train or fine-tune a translation model with the paper's recipe (no data: a demo)."),
+    "average": (average_command, "Average the weights of a run's last checkpoints (section 6.1)."),
+    "translate": (translate_command, "Translate a file or standard input, one line per sentence."),
+    "evaluate": (evaluate_command, "Translate a test set and score it with sacreBLEU: BLEU and chrF."),
+    "export-ct2": (export_ct2_command, "Convert a saved model to CTranslate2 for fast CPU and GPU inference."),
+    "plot-attention": (plot_attention_command, "Draw a sentence's attention weights as heatmaps (figures 3-5)."),
+    "model-card": (model_card_command, "Write the Hub model card (README.md) of a saved model."),
+    "push": (push_command, "Upload a saved model, its tokenizer, code and model card to the Hub."),
 }
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
-        print(f"usage: vanilla-transformer {{{','.join(COMMANDS)}}} [options]   (COMMAND --help for its options)")
-        sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
-    COMMANDS[argv[0]](argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer",
+        description='The Transformer of "Attention Is All You Need" as a Hugging Face model: train, translate, '
+        "evaluate and share it.",
+        epilog="Run `vanilla-transformer COMMAND --help` for the options of a command.",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
+    for name, (_, summary) in COMMANDS.items():
+        commands.add_parser(name, help=summary, add_help=False)
+    if not argv:
+        parser.print_help()
+        sys.exit(2)
+    name = parser.parse_args(argv[:1]).command  # --help prints the list of commands; an unknown one is an error
+    command, _ = COMMANDS[name]
+    try:
+        command(argv[1:])
+    except MissingExtraError as error:  # one line, not a traceback
+        sys.exit(f"vanilla-transformer {name}: error: {error}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import transformers
 from huggingface_hub.dataclasses import strict
 from packaging.version import Version
 from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
 
 # This file and the modeling file also run as remote code (`trust_remote_code=True`) under whatever transformers the
 # user has; say which one they need before an older one fails deep inside its own modules.
@@ -37,6 +38,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
         `"sinusoidal"` (section 3.5, any length) or `"learned"` (Table 3 row E, at most `max_position_embeddings`).
     max_position_embeddings (`int`, *optional*, defaults to 1024):
         Length of the learned position table; unused with sinusoidal positions.
+    attention_bias (`bool`, *optional*, defaults to `False`):
+        Whether the attention projections W^Q, W^K, W^V and W^O have biases. Section 3.2.2 writes them without, as
+        tensor2tensor builds them; fairseq and Marian add biases. Folders saved before this field existed had biases
+        and load with `True`, exactly as saved.
+    dropout_implementation (`str`, *optional*, defaults to `"torch"`):
+        The kernel of section 5.4's dropout (`dropout.py`): `"torch"`, or `"cpu_16bit"`, a cheaper draw on a CPU.
+        Like the attention implementation it changes speed, not the model.
     normalize_before (`bool`, *optional*, defaults to `False`):
         `False` is the paper's post-norm `LayerNorm(x + Sublayer(x))`. `True` is the pre-norm variant of
         tensor2tensor, `x + Sublayer(LayerNorm(x))`, which adds a final LayerNorm to each stack.
@@ -74,6 +82,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
     activation_function: str = "relu"
+    attention_bias: bool = False
+    dropout_implementation: Literal["torch", "cpu_16bit"] = "torch"
     scale_embedding: bool = True
     position_embedding_type: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_position_embeddings: int = 1024
@@ -106,6 +116,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return output
 
     @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        # config.json files written before `attention_bias` existed describe projections with biases.
+        return super().from_dict({"attention_bias": True, **config_dict}, **kwargs)
+
+    @classmethod
     def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":
         """The config of a named size: `"base"` or `"big"` (Table 3), or `"tiny"` for tests; `overrides` win."""
         if name not in PRESETS:
@@ -136,6 +151,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)}): "
                     "each head gets d_k = d_model / h dimensions (section 3.2.2)."
                 )
+        if self.activation_function not in ACT2FN:
+            raise ValueError(
+                f"`activation_function` must be one of transformers' activations ({', '.join(sorted(ACT2FN))}), "
+                f"got {self.activation_function!r}."
+            )
         for name in ["dropout", "attention_dropout", "activation_dropout"]:
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")

@@ -4,14 +4,16 @@ layout of the WMT datasets that transformers' `run_translation.py` expects.
 Local files are read whole into memory and checked line by line, so every error names the file and the line.
 """
 
-import gzip
 import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-import datasets
-from datasets import Dataset, Features, Translation
+from .extras import require
+from .text_files import read_lines
+
+
+datasets = require("datasets", extra="train")
 
 
 logger = logging.getLogger(__name__)
@@ -19,7 +21,9 @@ logger = logging.getLogger(__name__)
 PathLike = str | Path
 
 
-def load_parallel_files(source_file: PathLike, target_file: PathLike, source_lang: str, target_lang: str) -> Dataset:
+def load_parallel_files(
+    source_file: PathLike, target_file: PathLike, source_lang: str, target_lang: str
+) -> datasets.Dataset:
     """Two aligned plain-text files (optionally `.gz`), one sentence a line, as Multi30k and most WMT releases ship."""
     source_lines, target_lines = _read_lines(source_file), _read_lines(target_file)
     if len(source_lines) != len(target_lines):
@@ -31,7 +35,7 @@ def load_parallel_files(source_file: PathLike, target_file: PathLike, source_lan
     return _to_dataset(rows, source_lang, target_lang, source_file, target_file)
 
 
-def load_tsv(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
+def load_tsv(path: PathLike, source_lang: str, target_lang: str) -> datasets.Dataset:
     """A `source<TAB>target` file (optionally `.gz`)."""
 
     def rows():
@@ -47,7 +51,7 @@ def load_tsv(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
     return _to_dataset(rows(), source_lang, target_lang, path, path)
 
 
-def load_jsonl(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
+def load_jsonl(path: PathLike, source_lang: str, target_lang: str) -> datasets.Dataset:
     """JSON lines (optionally `.gz`), each an object with a `translation` dict, as the WMT datasets store them."""
 
     def rows():
@@ -72,19 +76,23 @@ def load_jsonl(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
     return _to_dataset(rows(), source_lang, target_lang, path, path)
 
 
-def load_hub_dataset(name: str, config_name: str | None, split: str, source_lang: str, target_lang: str) -> Dataset:
+def load_hub_dataset(
+    name: str, config_name: str | None, split: str, source_lang: str, target_lang: str
+) -> datasets.Dataset:
     """A split of a Hub dataset in the WMT layout through `datasets.load_dataset`, e.g. `wmt14`, `de-en`, `train`."""
     dataset = datasets.load_dataset(name, config_name, split=split)
     check_translation_languages(dataset, source_lang, target_lang, description=f"{name} ({config_name}, {split})")
     return dataset
 
 
-def check_translation_languages(dataset: Dataset, source_lang: str, target_lang: str, description: str) -> None:
+def check_translation_languages(
+    dataset: datasets.Dataset, source_lang: str, target_lang: str, description: str
+) -> None:
     """Raise a `ValueError` naming what is missing unless `dataset` has a `translation` column with both languages."""
     feature = dataset.features.get("translation")
     if feature is None:
         raise ValueError(f"{description} has no 'translation' column (columns: {dataset.column_names})")
-    if isinstance(feature, Translation):
+    if isinstance(feature, datasets.Translation):
         languages = feature.languages
     else:
         languages = list(feature) if isinstance(feature, dict) else []
@@ -103,7 +111,7 @@ def load_parallel_corpus(
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     split: str = "train",
-) -> Dataset:
+) -> datasets.Dataset:
     """One split of a corpus from exactly one of: `source_file` + `target_file`, a `pairs_file` ending in `.tsv` or
     `.jsonl` (either optionally `.gz`), or a Hub `dataset_name` (with `dataset_config_name` and `split`)."""
     given = [source_file is not None or target_file is not None, pairs_file is not None, dataset_name is not None]
@@ -124,8 +132,8 @@ def load_parallel_corpus(
 
 
 def filter_long_pairs(
-    dataset: Dataset, max_source_length: int, max_target_length: int, num_proc: int | None = None
-) -> Dataset:
+    dataset: datasets.Dataset, max_source_length: int, max_target_length: int, num_proc: int | None = None
+) -> datasets.Dataset:
     """Drop the pairs of a tokenized dataset whose `input_ids` exceed `max_source_length` tokens or whose `labels`
     exceed `max_target_length`, and log how many were dropped."""
     missing = [column for column in ("input_ids", "labels") if column not in dataset.column_names]
@@ -151,16 +159,8 @@ def filter_long_pairs(
 
 
 def _read_lines(path: PathLike) -> list[str]:
-    """The lines of a UTF-8 text file, `.gz` or not, without line endings. Lines are split on b"\\n" only, never on
-    the Unicode separators `str.splitlines` knows, which would misalign parallel files."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    lines = []
-    with opener(path, "rb") as file:
-        for number, raw in enumerate(file, 1):
-            try:
-                lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n"))
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}, line {number}: invalid UTF-8 ({error.reason})") from error
+    """The lines of a UTF-8 text file, `.gz` or not (`text_files.read_lines`); an empty file is an error."""
+    lines = read_lines(path)
     if not lines:
         raise ValueError(f"{path} is empty")
     return lines
@@ -172,7 +172,7 @@ def _to_dataset(
     target_lang: str,
     source_name: PathLike,
     target_name: PathLike,
-) -> Dataset:
+) -> datasets.Dataset:
     """The dataset of (line number, source, target) rows: pairs empty on both sides are skipped and counted, pairs
     empty on one side are an error."""
     translations, skipped = [], 0
@@ -189,8 +189,8 @@ def _to_dataset(
         logger.warning(f"Skipped {skipped} empty sentence pair(s) in {_describe(source_name, target_name)}")
     if not translations:
         raise ValueError(f"{_describe(source_name, target_name)} holds no sentence pairs")
-    features = Features({"translation": Translation(languages=[source_lang, target_lang])})
-    return Dataset.from_dict({"translation": translations}, features=features)
+    features = datasets.Features({"translation": datasets.Translation(languages=[source_lang, target_lang])})
+    return datasets.Dataset.from_dict({"translation": translations}, features=features)
 
 
 def _describe(source_name: PathLike, target_name: PathLike) -> str:

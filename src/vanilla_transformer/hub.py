@@ -45,6 +45,7 @@ from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, Mo
 from transformers import AutoTokenizer, GenerationConfig
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .extras import require
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 
@@ -79,8 +80,10 @@ def model_card(
     `test_results.json` (else `eval_results.json`) of `run_dir`. `run_dir` is the training run (default:
     `model_dir`, which is where `vanilla-transformer train` writes both); its `trainer_state.json` and logged
     training arguments give the recipe. Give the results of exactly these weights: an averaged model's scores are
-    not those of the run's last checkpoint. `repo_id` ("USER/NAME") goes into the usage examples.
+    not those of the run's last checkpoint. `repo_id` ("USER/NAME") goes into the usage examples. Needs the `train`
+    extra (jinja2 renders the template).
     """
+    require("jinja2", extra="train")
     model_dir = Path(model_dir)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
     facts = _read_results(results, run_dir)
@@ -172,6 +175,7 @@ def push_to_hub(
     [`model_card`] from `results` and `run_dir`. The code files are those of the installed package. Files already in
     the repository that the upload does not replace are kept. Returns the `CommitInfo` of the commit.
     """
+    require("jinja2", extra="train")  # for the model card, checked before the repository is created
     model_dir = Path(model_dir)
     if not (model_dir / "tokenizer_config.json").is_file():
         raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
@@ -338,6 +342,7 @@ def _logged_training_arguments(run_dir: Path) -> dict:
     event_files = sorted(run_dir.glob("runs/*/events.out.tfevents.*"), key=lambda path: path.stat().st_mtime)
     if not event_files:
         return {}
+    require("tensorboard", extra="train")
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     arguments = {}
@@ -407,4 +412,4 @@ def _learning_rate(d_model: int, args: dict) -> str:
     return f"peak {rate:.3g}, `{args.get('lr_scheduler_type', 'linear')}` schedule, warm-up {warmup:,} steps"
 
 
-__all__ = ["CARD_TEMPLATE_PATH", "PAPER_CITATION", "TAGS", "model_card", "push_to_hub"]
+__all__ = ["CARD_TEMPLATE_PATH", "PAPER_CITATION", "TAGS", "model_card", "push_to_hub", "write_model_card"]

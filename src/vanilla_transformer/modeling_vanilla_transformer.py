@@ -13,7 +13,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessorList
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -31,13 +30,8 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .generation_vanilla_transformer import (
-    LENGTH_PENALTY_TYPES,
-    PAPER_DECODING,
-    MaxLengthOverSourceLogitsProcessor,
-    gnmt_length_penalty,
-    source_lengths,
-)
+from .dropout import DROPOUT_FUNCTIONS
+from .generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
 
 
 # --- 3.5 Positional encoding -------------------------------------------------------------------------------------
@@ -93,26 +87,11 @@ def build_positional_encoding(config: VanillaTransformerConfig) -> nn.Module:
 
 # --- 5.4 Dropout, used from the embeddings on -------------------------------------------------------------------
 
-# On a CPU one 64-bit random draw gives four elements 16 uniform bits each.
-RANDOM_LEVELS = 2**16
 
-
-def apply_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Section 5.4's dropout: every element is kept with probability 1 - p and scaled by 1 / (1 - p), so that its
-    expectation is unchanged. On a GPU (or in a compiled graph) this is torch's fused kernel. On a CPU torch draws a
-    float per element (`bernoulli_`), which took a tenth of the Multi30k recipe's training step; here one 64-bit draw
-    serves four elements: the dropout is 2-3x faster, the recipe's step 1.05x (1.15x with attention and ReLU dropout;
-    README, Speed). p is then a multiple of 1/65,536 (0.1 becomes 6,554/65,536 = 0.100006) and the scale is that of
-    the rounded p, so the expectation stays exact."""
-    if not training or p == 0:
-        return x
-    if x.device.type != "cpu" or is_torchdynamo_compiling():
-        return nn.functional.dropout(x, p=p, training=True)
-    dropped_levels = min(round(p * RANDOM_LEVELS), RANDOM_LEVELS - 1)
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits uniform
-    levels = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-32768, 32767]
-    keep = levels >= dropped_levels - RANDOM_LEVELS // 2
-    return torch.where(keep, x * (RANDOM_LEVELS / (RANDOM_LEVELS - dropped_levels)), 0)
+def apply_dropout(x: torch.Tensor, p: float, training: bool, config: VanillaTransformerConfig) -> torch.Tensor:
+    """Section 5.4: each element kept with probability 1 - p and scaled by 1 / (1 - p), so its expectation is
+    unchanged. The kernel is `config.dropout_implementation` (dropout.py), as attention's is `_attn_implementation`."""
+    return DROPOUT_FUNCTIONS[config.dropout_implementation](x, p, training)
 
 
 # --- 3.4 Embeddings ----------------------------------------------------------------------------------------------
@@ -141,7 +120,7 @@ def embed_with_positions(stack: nn.Module, input_ids, inputs_embeds, past_len: i
         inputs_embeds = stack.embed_tokens(input_ids)
     positions = stack.embed_positions(inputs_embeds.shape[1], past_len).to(inputs_embeds.dtype)
     hidden_states = inputs_embeds * stack.embed_scale + positions
-    return apply_dropout(hidden_states, stack.dropout, stack.training)
+    return apply_dropout(hidden_states, stack.dropout, stack.training, stack.config)
 
 
 # --- 3.2.1 Scaled dot-product attention --------------------------------------------------------------------------
@@ -165,7 +144,7 @@ def scaled_dot_product_attention(
     if attention_mask is not None:
         scores = scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1)
-    weights = apply_dropout(weights, dropout, module.training)
+    weights = apply_dropout(weights, dropout, module.training, module.config)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (batch, q_len, heads, d_head)
     return output, weights
 
@@ -187,10 +166,10 @@ class VanillaTransformerAttention(nn.Module):
         self.dropout = config.attention_dropout
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.out_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
+        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
 
     def forward(
         self,
@@ -252,6 +231,7 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: VanillaTransformerConfig, ffn_dim: int):
         super().__init__()
+        self.config = config
         self.dropout = config.dropout
         self.normalize_before = config.normalize_before
         self.fc1 = nn.Linear(config.d_model, ffn_dim)
@@ -263,15 +243,15 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
     def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         # FFN(x) = max(0, x W1 + b1) W2 + b2
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = apply_dropout(hidden_states, self.activation_dropout, self.training)
+        hidden_states = apply_dropout(hidden_states, self.activation_dropout, self.training, self.config)
         return self.fc2(hidden_states)
 
     def residual(self, x: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: Callable) -> torch.Tensor:
         """Sections 3.1 and 5.4. Post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
         Pre-norm (`config.normalize_before`, as tensor2tensor): x + Dropout(Sublayer(LayerNorm(x)))."""
         if self.normalize_before:
-            return x + apply_dropout(sublayer(layer_norm(x)), self.dropout, self.training)
-        return layer_norm(x + apply_dropout(sublayer(x), self.dropout, self.training))
+            return x + apply_dropout(sublayer(layer_norm(x)), self.dropout, self.training, self.config)
+        return layer_norm(x + apply_dropout(sublayer(x), self.dropout, self.training, self.config))
 
 
 # --- 3.1 Encoder and decoder layers ------------------------------------------------------------------------------
@@ -571,7 +551,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
-class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, VanillaTransformerGenerationMixin):
     """The Transformer with its pre-softmax linear transformation, which shares the embedding matrix (section 3.4),
     for translation with `generate()`. `labels` give the cross-entropy loss (positions labelled -100 are ignored)."""
 
@@ -652,96 +632,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-    @torch.no_grad()
-    def generate(
-        self,
-        inputs: torch.Tensor | None = None,
-        generation_config: GenerationConfig | None = None,
-        logits_processor: LogitsProcessorList | None = None,
-        **kwargs,
-    ):
-        r"""
-        transformers' `generate()` with section 6.1's decoding, read from the generation config (or the call):
-
-        - `max_length_over_source` (default 50): when the call sets neither `max_length` nor `max_new_tokens`, each
-          sentence's output ends at the latest after its source length + 50 tokens. `None` turns it off.
-        - `length_penalty_type` (default `"gnmt"`): for beam search, `"gnmt"` ranks finished hypotheses by
-          `log P(Y|X) / ((5 + |Y|) / 6) ** length_penalty` as the paper did; `"transformers"` keeps transformers'
-          `log P(Y|X) / |Y| ** length_penalty`.
-        """
-
-        def setting(name):
-            """The value `generate()` will use: the call's, else the given generation config's, else the model's."""
-            for source in (kwargs, vars(generation_config) if generation_config else {}, vars(self.generation_config)):
-                if source.get(name) is not None:
-                    return source[name]
-            return None
-
-        # Our two settings are not transformers' own: take them out of the call's kwargs.
-        length_penalty_type = kwargs.pop("length_penalty_type", None) or setting("length_penalty_type") or "transformers"
-        if length_penalty_type not in LENGTH_PENALTY_TYPES:
-            raise ValueError(f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, got {length_penalty_type!r}")
-        max_length_over_source = kwargs.pop("max_length_over_source", setting("max_length_over_source"))
-        processors = LogitsProcessorList(logits_processor or [])
-        eos_token_id = setting("eos_token_id")
-        eos_token_id = eos_token_id[0] if isinstance(eos_token_id, list) else eos_token_id
-
-        call_sets_length = any(kwargs.get(name) is not None for name in ("max_length", "max_new_tokens")) or (
-            generation_config is not None
-            and (generation_config.max_length is not None or generation_config.max_new_tokens is not None)
-        )
-        if max_length_over_source is not None and not call_sets_length:
-            lengths = source_lengths(
-                kwargs.get("input_ids", inputs),
-                kwargs.get("attention_mask"),
-                kwargs.get("inputs_embeds"),
-                kwargs.get("encoder_outputs"),
-                self.config.pad_token_id,
-            )
-            max_lengths = lengths + max_length_over_source
-            processors.append(MaxLengthOverSourceLogitsProcessor(max_lengths, eos_token_id))
-            kwargs.update(max_new_tokens=int(max_lengths.max()), max_length=None)
-
-        self._gnmt_length_penalty = length_penalty_type == "gnmt"
-        try:
-            return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
-        finally:
-            self._gnmt_length_penalty = False
-
-    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search's hook to keep the cache of the hypotheses it extends (`beam_idx` picks, for every row, a row of
-        the same sentence). Only the self-attention cache differs between hypotheses; the encoder-decoder attention's
-        keys and values are those of the sentence, the same in all its rows, so they stay where they are instead of
-        being copied at every step."""
-        if isinstance(cache, EncoderDecoderCache):
-            cache.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            cache.reorder_cache(beam_idx)
-        return cache
-
-    # transformers' beam search divides the score of each finished hypothesis by |Y| ** length_penalty and offers no
-    # public hook for another penalty. These two thin overrides of the methods that apply it hand it GNMT's lp(Y)
-    # instead (with the penalty folded into the scores and its own exponent set to 0); the search is unchanged.
-    _gnmt_length_penalty = False
-
-    def _update_finished_beams(self, **state):
-        if self._gnmt_length_penalty:
-            # score(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| counting </s> (GNMT, eq. 14)
-            length = state["cur_len"] + 1 - state["decoder_prompt_len"]
-            state["topk_log_probs"] = state["topk_log_probs"] / gnmt_length_penalty(length, state["length_penalty"])
-            state["length_penalty"] = 0.0
-        return super()._update_finished_beams(**state)
-
-    def _check_early_stop_heuristic(self, **state):
-        if self._gnmt_length_penalty:
-            # The best score a running hypothesis may still reach, under the same length assumption as transformers.
-            never = state["early_stopping"] == "never" and state["length_penalty"] > 0.0
-            length = (state["max_length"] if never else state["cur_len"]) - state["decoder_prompt_len"]
-            penalty = gnmt_length_penalty(length, state["length_penalty"])
-            state["running_beam_scores"] = state["running_beam_scores"] / penalty
-            state["length_penalty"] = 0.0
-        return super()._check_early_stop_heuristic(**state)
 
 
 __all__ = [

@@ -6,8 +6,11 @@ training, so exact-match accuracy on them measures generalisation, not memorisat
 
 import random
 
-from datasets import Dataset, DatasetDict
-from num2words import num2words
+from .extras import require
+
+
+datasets = require("datasets", extra="train")
+num2words = require("num2words", extra="train").num2words
 
 
 def sample_numbers(count: int, rng: random.Random, max_digits: int, exclude: set[int]) -> list[int]:
@@ -30,7 +33,7 @@ def number_words_corpus(
     test_size: int = 500,
     max_digits: int = 6,
     seed: int = 0,
-) -> DatasetDict:
+) -> datasets.DatasetDict:
     """`train`, `validation` and `test` splits of `{"translation": {"en": ..., target_lang: ...}}` pairs over
     disjoint sets of numbers below 10**max_digits."""
     if train_size + validation_size + test_size > 0.9 * 10**max_digits:
@@ -41,5 +44,5 @@ def number_words_corpus(
         numbers = sample_numbers(size, rng, max_digits, exclude=used)
         used.update(numbers)
         pairs = [{"en": num2words(n, lang="en"), target_lang: num2words(n, lang=target_lang)} for n in numbers]
-        splits[split] = Dataset.from_dict({"translation": pairs, "number": numbers})
-    return DatasetDict(splits)
+        splits[split] = datasets.Dataset.from_dict({"translation": pairs, "number": numbers})
+    return datasets.DatasetDict(splits)

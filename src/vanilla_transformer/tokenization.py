@@ -1,15 +1,16 @@
 """Section 5.1's shared source/target BPE vocabulary (about 37,000 tokens for En-De) as a Hugging Face tokenizer."""
 
-import gzip
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
+
+from .text_files import iter_lines
 
 
 # Their order gives the ids of `VanillaTransformerConfig`: pad 0, bos (= decoder start) 1, eos 2.
@@ -97,14 +98,7 @@ def _texts(texts_or_files: Iterable[str] | list[os.PathLike]) -> Iterable[str]:
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"Tokenizer training file not found: {path}")
-    return _read_lines(paths)
-
-
-def _read_lines(paths: list[Path]) -> Iterator[str]:
-    """The lines of each file in turn, without their line breaks."""
-    for path in paths:
-        with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as lines:
-            yield from (line.rstrip("\n") for line in lines)
+    return chain.from_iterable(iter_lines(path) for path in paths)
 
 
 class BPEDropout:

@@ -25,8 +25,9 @@ from transformers import (
 
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .data import filter_long_pairs, load_parallel_corpus
-from .hub import model_card
-from .metrics import load_bleu, load_chrf
+from .extras import require
+from .hub import write_model_card
+from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .number_words import number_words_corpus
 from .tokenization import train_tokenizer
@@ -154,10 +155,17 @@ DATA_FLAGS = ("--source_file", "--train_file", "--dataset_name")
 
 
 def parse_arguments(argv: list[str] | None = None):
+    """The four argument dataclasses and whether this is the demo (no data given). Every flag is spelled with dashes
+    (`--max-tokens`) or, as transformers' scripts spell them, with underscores (`--max_tokens`)."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = HfArgumentParser((ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments))
+    parser = HfArgumentParser(
+        (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments),
+        prog="vanilla-transformer train",
+        description=__doc__.split("\n\n")[0],
+    )
     parser.set_defaults(**PAPER_DEFAULTS)
-    flags = {argument.split("=")[0] for argument in argv}
+    # The flags given, spelled with underscores.
+    flags = {argument.split("=")[0].replace("-", "_").replace("__", "--", 1) for argument in argv}
     is_demo = not flags & set(DATA_FLAGS)
     if is_demo:
         parser.set_defaults(**DEMO_DEFAULTS)
@@ -256,8 +264,15 @@ def main(argv: list[str] | None = None):
     set_seed(training_args.seed)
 
     splits = load_data(data_args, is_demo, training_args.seed)
+    # Checked now rather than at the first log, or at the model card written after training.
+    if "tensorboard" in training_args.report_to:
+        require("tensorboard", extra="train")
+    if "test" in splits and training_args.predict_with_generate:
+        require("jinja2", extra="train")
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer)
+    if training_args.device.type == "cpu":  # section 5.4's dropout drawn more cheaply on a CPU (dropout.py)
+        model.config.dropout_implementation = "cpu_16bit"
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(
             model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
@@ -319,11 +334,11 @@ def report_test_results(trainer, pairs, tokenized, data_args, tokenizer):
     predictions = np.where(output.predictions < 0, tokenizer.pad_token_id, output.predictions)
     hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
     references = [pair[data_args.target_lang] for pair in pairs["translation"]]
-    bleu = load_bleu().compute(predictions=hypotheses, references=[[r] for r in references])
-    chrf = load_chrf().compute(predictions=hypotheses, references=[[r] for r in references])
+    scores = score_translations(hypotheses, references)
     metrics = dict(output.metrics)
     metrics["test_exact_match"] = 100.0 * float(np.mean([h == r for h, r in zip(hypotheses, references)]))
-    metrics["test_bleu_signature"], metrics["test_chrf_signature"] = bleu["signature"], chrf["signature"]
+    metrics["test_bleu_signature"] = scores["bleu_signature"]
+    metrics["test_chrf_signature"] = scores["chrf_signature"]
     if trainer.is_world_process_zero():
         print(f"\nSample translations ({data_args.source_lang} -> {data_args.target_lang}) of held-out data:")
         for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:8]:
@@ -331,25 +346,30 @@ def report_test_results(trainer, pairs, tokenized, data_args, tokenizer):
             print(f"  {mark} {pair[data_args.source_lang]}\n      -> {hypothesis}\n  (ref) {pair[data_args.target_lang]}")
         print(f"\nHeld-out ({len(references)} pairs, beam {trainer.args.generation_num_beams}): "
               f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
-              f"chrF {metrics['test_chrf']:.2f}\nsacreBLEU signature: {bleu['signature']}")
+              f"chrF {metrics['test_chrf']:.2f}\nsacreBLEU signature: {scores['bleu_signature']}")
         print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
     trainer.log_metrics("test", metrics)
     trainer.save_metrics("test", metrics)
     if trainer.is_world_process_zero():
-        write_model_card(trainer, metrics, pairs, hypotheses, data_args)
+        # The output folder's model card, from the saved model and these results, which card_results.json keeps for
+        # `vanilla-transformer model-card` and `push`.
+        results = card_results(metrics, pairs, hypotheses, data_args)
+        output_dir = Path(trainer.args.output_dir)
+        (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+        write_model_card(output_dir, output_dir / "README.md", results)
     return metrics
 
 
-def write_model_card(trainer, metrics, pairs, hypotheses, data_args):
-    """The output folder's README.md: a Hub model card generated from the saved model and the test results (also
-    saved as card_results.json, which `vanilla-transformer model-card` and `push` take)."""
+def card_results(metrics, pairs, hypotheses, data_args) -> dict:
+    """The test results as `hub.model_card` takes them: scores with their signatures, the data, samples and the
+    recipe facts the training arguments do not hold."""
     if data_args.dataset_name:
         data = dict(dataset=data_args.dataset_name, dataset_id=data_args.dataset_name)
     elif data_args.test_source_file or data_args.test_file:
         data = dict(dataset=Path(data_args.test_source_file or data_args.test_file).name)
     else:  # the demo, where a translation is right or wrong
         data = dict(dataset="number words (num2words, held-out numbers)", exact_match=metrics["test_exact_match"])
-    results = dict(
+    return dict(
         results=[
             dict(
                 **data,
@@ -368,9 +388,6 @@ def write_model_card(trainer, metrics, pairs, hypotheses, data_args):
         training=dict(max_tokens=data_args.max_tokens, bpe_dropout=data_args.bpe_dropout,
                       bpe_dropout_target=data_args.bpe_dropout_target),
     )
-    output_dir = Path(trainer.args.output_dir)
-    (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    model_card(output_dir, results=results).save(output_dir / "README.md")
 
 
 if __name__ == "__main__":

@@ -13,17 +13,18 @@ from types import MethodType
 
 import numpy as np
 import torch
-from accelerate.utils.operations import ConvertOutputsToFp32
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
-from .metrics import load_bleu, load_chrf
+from .extras import require
+from .metrics import score_translations
 from .tokenization import BPEDropout
 
 
+ConvertOutputsToFp32 = require("accelerate.utils.operations", extra="train").ConvertOutputsToFp32
 logger = logging.getLogger(__name__)
 
 
@@ -69,10 +70,9 @@ class ChunkedLabelSmoothedCrossEntropy(torch.autograd.Function):
     not `ignore_index`, computed a chunk of rows at a time in float32 from logits of any dtype. Per row, with
     lse = log sum_v exp(x_v), the loss (1 - epsilon) * (lse - x_y) + epsilon * (lse - mean_v x_v) and its gradient
     softmax(x) - (1 - epsilon) * onehot(y) - epsilon / V. torch's `cross_entropy` under CPU autocast first copies the
-    bfloat16 logits to a float32 tensor and then makes several more passes over it, forward and backward: on the
-    Multi30k cpu recipe's batches (up to 2,040 x 8,000) that took 92.8 ms per batch with accelerate's float32 copy of
-    the outputs, this 29.8 ms (`benchmarks/loss_speed.py`). The gradient is written in the logits' dtype, as
-    autocast's copy back would."""
+    bfloat16 logits to a float32 tensor and then makes several more passes over it, forward and backward; this reads
+    each chunk once while it is in cache (docs/speed.md, `benchmarks/loss_speed.py`). The gradient is written in the
+    logits' dtype, as autocast's copy back would."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int) -> torch.Tensor:
@@ -157,7 +157,7 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # Under --bf16 accelerate wraps the model's forward in autocast and then copies its outputs to float32. The
         # loss here reads the bfloat16 logits as they are (`ChunkedLabelSmoothedCrossEntropy`), so the copy of the
-        # (tokens x vocabulary) logits and its backward were pure cost: 6% of the Multi30k cpu recipe's step. The
+        # (tokens x vocabulary) logits and its backward were pure cost (docs/speed.md). The
         # forward runs under accelerate's autocast all the same, only without the copy.
         module = self.accelerator.unwrap_model(model)
         forward = module.__dict__.get("forward")
@@ -173,7 +173,7 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
 
     def _get_grad_norm(self, model, grad_norm=None):
         # Without clipping (section 5.3 has none: max_grad_norm 0) the Trainer computes the gradient norm after every
-        # step only to log it; compute it for the steps that log (the same logged values, 1.6% of a cpu recipe step).
+        # step only to log it; compute it for the steps that log (the same logged values, less work per step).
         # The step about to end logs as `DefaultFlowCallback` decides, once it has counted it.
         step = self.state.global_step + 1
         logs = step % self.state.logging_steps == 0 or (self.args.logging_first_step and step == 1)
@@ -306,9 +306,7 @@ def tokenize_pairs(tokenizer, source_lang: str, target_lang: str):
 
 
 def translation_metrics(tokenizer):
-    """`compute_metrics` for `predict_with_generate`: sacreBLEU and chrF on detokenized text, computed with the
-    metric modules shipped in the package (no download)."""
-    bleu, chrf = load_bleu(), load_chrf()
+    """`compute_metrics` for `predict_with_generate`: sacreBLEU and chrF on detokenized text (`score_translations`)."""
 
     def compute_metrics(eval_prediction):
         predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
@@ -318,10 +316,9 @@ def translation_metrics(tokenizer):
         labels = np.where(labels < 0, tokenizer.pad_token_id, labels)
         hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        bleu_result = bleu.compute(predictions=hypotheses, references=[[r] for r in references])
-        chrf_result = chrf.compute(predictions=hypotheses, references=[[r] for r in references])
+        scores = score_translations(hypotheses, references)
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
-        return {"bleu": bleu_result["score"], "chrf": chrf_result["score"], "gen_len": float(np.mean(lengths))}
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"], "gen_len": float(np.mean(lengths))}
 
     return compute_metrics
 

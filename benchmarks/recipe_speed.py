@@ -1,0 +1,106 @@
+"""Training steps per second of the Multi30k `cpu` recipe's `train` command, for two or more source trees of this
+project side by side: rounds alternate between the trees, so machine noise hits all alike. It is how a change to the
+model or the training code is checked for a slower training step (docs/speed.md).
+
+Each round runs `vanilla-transformer train` with the recipe's flags (examples/multi30k/run.py, size "cpu") for
+`--steps` steps in a fresh process whose `vanilla_transformer` is the tree's `src/`, without evaluation or
+checkpoints, and reads the Trainer's `train_steps_per_second`.
+
+    git worktree add ../before HEAD~1
+    python benchmarks/recipe_speed.py --trees ../before . --steps 300 --rounds 2
+    python benchmarks/recipe_speed.py --trees . --smoke
+"""
+
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = (REPO / ".." / "shared" / "data" / "multi30k").resolve()
+RUN = "import sys, vanilla_transformer; print(vanilla_transformer.__file__); from vanilla_transformer.train import main; main(sys.argv[1:])"
+
+
+def recipe_flags() -> list[str]:
+    """The `cpu` recipe's flags, as examples/multi30k/run.py gives them to `train`."""
+    spec = importlib.util.spec_from_file_location("multi30k_run", REPO / "examples" / "multi30k" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.SIZES["cpu"])
+
+
+def steps_per_second(tree: Path, flags: list[str], output_dir: Path) -> float:
+    result = subprocess.run(
+        [sys.executable, "-c", RUN, *flags, "--output_dir", str(output_dir)],
+        env=dict(os.environ, PYTHONPATH=str(tree / "src")),
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        sys.exit(f"{tree}: train failed:\n{result.stderr[-3000:]}")
+    loaded_from = Path(result.stdout.splitlines()[0]).resolve()
+    if (tree / "src").resolve() not in loaded_from.parents:
+        sys.exit(f"{tree}: the subprocess imported vanilla_transformer from {loaded_from}, not from the tree")
+    return json.loads((output_dir / "train_results.json").read_text())["train_steps_per_second"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trees", type=Path, nargs="+", default=[REPO], help="source trees to compare (default: this)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="Multi30k folder (train.{en,de}.gz)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per round (300)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per tree, alternating (2)")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: checks the script only")
+    args = parser.parse_args(argv)
+
+    flags = recipe_flags()
+    scratch = Path(tempfile.mkdtemp(prefix="recipe_speed-"))
+    data = args.data_dir
+    if args.smoke:  # a tiny model on the first 200 pairs
+        flags += ["--preset", "tiny", "--d_model", "32", "--heads", "4", "--ffn_dim", "64", "--layers", "1",
+                  "--vocab_size", "300"]
+        args.steps, args.rounds, data = 3, 1, scratch / "data"
+        data.mkdir()
+        for lang in ("en", "de"):
+            lines = gzip.open(args.data_dir / f"train.{lang}.gz", "rt", encoding="utf-8").readlines()[:200]
+            with gzip.open(data / f"train.{lang}.gz", "wt", encoding="utf-8") as file:
+                file.writelines(lines)
+    flags += [
+        "--source_file", str(data / "train.en.gz"), "--target_file", str(data / "train.de.gz"),
+        "--source_lang", "en", "--target_lang", "de", "--max_steps", str(args.steps),
+        "--save_strategy", "no", "--eval_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+    ]
+    if not args.smoke:
+        flags += ["--vocab_size", "8000"]
+    speeds = {tree: [] for tree in args.trees}
+    try:
+        with tqdm(total=args.rounds * len(args.trees), desc="rounds") as bar:
+            for round_index in range(args.rounds):
+                order = args.trees if round_index % 2 == 0 else args.trees[::-1]
+                for tree_index, tree in enumerate(order):
+                    output_dir = scratch / f"run-{round_index}-{tree_index}"
+                    speeds[tree].append(steps_per_second(tree, flags, output_dir))
+                    bar.update()
+    finally:
+        shutil.rmtree(scratch)
+    print(f"Multi30k cpu recipe, {args.steps} steps a round, {args.rounds} rounds per tree, alternating\n")
+    print("| tree | steps/s, each round | median |")
+    print("|---|---|---|")
+    for tree, values in speeds.items():
+        print(f"| {os.path.relpath(tree)} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.median(values):.3f} |")
+    if len(args.trees) == 2:
+        first, second = (statistics.median(speeds[tree]) for tree in args.trees)
+        print(f"\n{os.path.relpath(args.trees[1])} / {os.path.relpath(args.trees[0])}: {second / first:.3f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Translation quality as the paper reports it: corpus BLEU, plus chrF, computed by sacreBLEU (Post, 2018) on
+detokenized text with sacreBLEU's own tokenization, so that scores compare across papers. Every score comes with
+sacreBLEU's signature (references, case, tokenizer, smoothing, version), to be reported with it.
+
+```python
+>>> from vanilla_transformer.metrics import score_translations
+>>> score_translations(["the cat sat on the mat"], ["the cat is on the mat"])["bleu"]
+```
+"""
+
+from collections.abc import Sequence
+
+from sacrebleu.metrics import BLEU, CHRF
+
+
+def score_translations(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]) -> dict:
+    """Corpus BLEU and chrF of `hypotheses` against `references` (for each hypothesis its reference, or a list of its
+    references; hypotheses may have different numbers of them), with sacreBLEU's default settings.
+
+    Returns `bleu` and `chrf` (0-100), `bleu_signature` and `chrf_signature`, and sacreBLEU's report lines
+    `bleu_report` ("BLEU = 34.84 87.5/66.7/25.0/16.7 (BP = 0.882 ratio = 0.889 hyp_len = 8 ref_len = 9)") and
+    `chrf_report` ("chrF2 = 55.54").
+    """
+    hypotheses, references = _checked(hypotheses, references)
+    # sacreBLEU takes reference streams (the i-th reference of every hypothesis); None pads hypotheses with fewer.
+    streams = [
+        [refs[i] if i < len(refs) else None for refs in references] for i in range(max(map(len, references)))
+    ]
+    bleu, chrf = BLEU(), CHRF()
+    bleu_score, chrf_score = bleu.corpus_score(hypotheses, streams), chrf.corpus_score(hypotheses, streams)
+    return dict(
+        bleu=bleu_score.score,
+        chrf=chrf_score.score,
+        bleu_signature=str(bleu.get_signature()),
+        chrf_signature=str(chrf.get_signature()),
+        bleu_report=bleu_score.format(),
+        chrf_report=chrf_score.format(),
+    )
+
+
+def _checked(hypotheses, references) -> tuple[list[str], list[list[str]]]:
+    """The hypotheses, and each one's references as a list, after checking that they are strings and aligned."""
+    for name, value in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ValueError(f"`{name}` must be a list, got {type(value).__name__}.")
+    if not hypotheses:
+        raise ValueError("`hypotheses` is empty: there is nothing to score.")
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"Got {len(hypotheses)} hypotheses but {len(references)} references: give one reference (a string, or a "
+            "list of strings) per hypothesis."
+        )
+    if not all(isinstance(hypothesis, str) for hypothesis in hypotheses):
+        raise ValueError("Every hypothesis must be a string.")
+    references = [[refs] if isinstance(refs, str) else list(refs) for refs in references]
+    for index, refs in enumerate(references):
+        if not refs or not all(isinstance(ref, str) for ref in refs):
+            raise ValueError(f"The references of hypothesis {index} must be a string or a non-empty list of strings.")
+    return list(hypotheses), references
+
+
+__all__ = ["score_translations"]
