@@ -18,7 +18,7 @@ from vanilla_transformer.tokenization import train_tokenizer
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = (REPO / ".." / "shared" / "data" / "multi30k").resolve()
 
-# The paper's base model, the scaled-down model of the README's Multi30k run, and a size for --smoke runs only.
+# The paper's base model, the scaled-down model of the Multi30k recipe, and a size for --smoke runs only.
 SIZES = {
     "base": dict(d_model=512, layers=6, heads=8, ffn_dim=2048),
     "small": dict(d_model=256, layers=3, heads=4, ffn_dim=1024),

@@ -1,6 +1,8 @@
 """Build the paper's base Transformer, save it, reload it through the Auto classes and generate.
 
-Run with `make demo`. The weights are freshly initialised, so the output ids are not a translation yet; the point
+    python examples/quickstart.py [--preset base|big|tiny] [--vocab-size 37000]
+
+The weights are freshly initialised, so the output ids are not a translation yet; the point
 is the round trip a Hugging Face user relies on: config preset -> model -> save_pretrained -> AutoModelForSeq2SeqLM.
 """
 

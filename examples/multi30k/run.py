@@ -1,37 +1,17 @@
 """Multi30k English -> German end to end with the package: train with the paper's recipe, average the last
 checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), draw the plots, write the model card.
 
-    python examples/multi30k/run.py --data-dir ../shared/data/multi30k --output-dir runs/multi30k-en-de          # 2 CPU cores
-    python examples/multi30k/run.py --data-dir ../shared/data/multi30k --output-dir runs/multi30k-base --size base  # a GPU
+    python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-en-de            # 2 CPU cores
+    python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-base --size base  # a GPU
     python examples/multi30k/run.py ... --skip-training   # only the steps after training, on an existing run
-    python examples/multi30k/run.py ... --lr_scale 0.5     # any `vanilla-transformer train` option overrides the size's
+    python examples/multi30k/run.py ... --lr-scale 0.5     # any `vanilla-transformer train` option overrides the size's
 
-The data folder holds Multi30k task 1 as gzip files, one sentence a line (train.{en,de}.gz, val.*, test_2016_flickr.*);
-it is read where it is, never copied. Sizes: "cpu" is a scaled-down model (d_model 256, N = 3, h = 4, d_ff 1024,
-8,000-token BPE: 7.6M parameters) with the paper's residual dropout P_drop 0.1 and, not in the paper, dropout 0.1 on the
-attention weights and after the feed-forward ReLU (tensor2tensor's attention_dropout and relu_dropout), that trains
-7,000 steps on 2 cores (`--max_steps 7000`: 52.5 and 55 minutes on two machines of this kind; a number of updates, not
-of minutes, so that a seed gives the same checkpoints, and so the same BLEU, on machines of other speeds), with
-`--max_train_minutes 60` as a guard that stops a machine too slow for them at 60 minutes, with a checkpoint, on the same
-schedule (it stopped one run at step 6,852), since the base model would not get far in an hour there. Within an hour
-what counted was the number of updates: the matrix products run in bfloat16 under autocast (`--bf16 --use_cpu`; weights,
-Adam and the loss stay float32) with the eager attention kernel, whose bfloat16 backward on a CPU is several times
-faster than sdpa's, which makes a step about 1.5x faster than float32 on this project's AVX-512 machine, the package's
-CPU dropout adds 1.15x, and its chunked label-smoothed loss on the bfloat16 logits with fused Adam 1.34x (7,992 steps of
-~2,048 tokens in the hour, 32.1 epochs; 6,609-7,112 before that last change, on machines of another make, and 4,200 in
-float32 with torch's dropout and the paper's dropout only); batches of ~2,048 tokens instead of ~4,096 give twice as
-many updates for the same tokens; the paper's P_drop 0.1 beats 0.2 and its big-model 0.3; section 5.3's rate as it is (a
-2.2e-3 peak at d_model 256 and 800 warm-up steps) beats half of it, which fits the training pairs faster and translates
-worse, and 1.5x it, which trains worse; a wider model (d_model 384, h 6, d_ff 1,536) makes 0.6x the steps and fell
-behind once the warm-up ended, a deeper one (N = 4) learnt far slower from the start, and a smaller one (d_model 128, N
-= 4, d_ff 256) makes 1.57x the steps and ends 0.46 BLEU below on test; the attention and ReLU dropout overfits less on
-29,000 pairs: over three pairs of runs (seeds 0 and 7 with torch's CPU dropout, seed 0 with the package's) it lowered
-the final validation loss every time and gained 0.23 BLEU on the full validation set and 0.89 on test on average;
-BPE-dropout learns too slowly for an hour; and validation during training is its loss only, so that generate() takes
-none of the hour: the validation BLEU curve is computed from the checkpoints afterwards (README has the runs). "base" is
-Table 3's base model for a GPU. Outputs in --output-dir: the run (checkpoints, trainer_state.json, TensorBoard logs),
-averaged/ (the model to share, with its README.md card and the plots it shows), results.json and results.md (the
-evaluation table), plots/*.png.
+The data folder holds Multi30k task 1 as gzip files (train.{en,de}.gz, val.*, test_2016_flickr.*), read where it is.
+Sizes: "cpu", a scaled-down model trained a fixed number of steps on 2 CPU cores in about an hour (60 minutes as a
+guard); "base", Table 3's base model for a GPU; "smoke", for the tests. Outputs in --output-dir: the run (checkpoints,
+trainer_state.json, TensorBoard logs), averaged/ (the model to share, with its card and plots), results.json,
+results.md and plots/. The recipe is described in docs/training.md; docs/experiments/multi30k.md records every run
+and why the recipe is what it is.
 """
 
 import argparse
@@ -56,7 +36,7 @@ from vanilla_transformer.metrics import score_translations  # noqa: E402
 from vanilla_transformer.train import main as train  # noqa: E402
 
 SIZES = {
-    # 2 CPU cores, about an hour: a scaled-down model (see the module docstring).
+    # 2 CPU cores, about an hour: a scaled-down model (docs/training.md).
     "cpu": ["--preset", "base", "--d_model", "256", "--layers", "3", "--heads", "4", "--ffn_dim", "1024",
             "--max_tokens", "2048", "--warmup_steps", "800", "--max_steps", "7000",
             "--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
@@ -71,7 +51,7 @@ SIZES = {
 }
 # After training: how many of the last checkpoints to average and the beam's length penalty alpha. Section 6.1 averages
 # the last 5 (base models) and uses alpha = 0.6, both "chosen after experimentation on the development set"; for the
-# cpu run we did the same on Multi30k's full validation set (README): the last 20 and alpha = 1.0.
+# cpu run the same was done on Multi30k's full validation set (docs/experiments): the last 20 and alpha = 1.0.
 PAPER_AFTER_TRAINING = dict(average_last=5, length_penalty=0.6)
 AFTER_TRAINING = {"cpu": dict(average_last=20, length_penalty=1.0)}
 

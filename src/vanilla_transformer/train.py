@@ -69,7 +69,7 @@ class ModelArguments:
     attn_implementation: str | None = field(
         default=None,
         metadata={"help": "Attention kernel (eager, sdpa, flash_attention_2, ...); default: transformers' choice. "
-                          "With --bf16 on a CPU, eager trains faster than sdpa (README, Multi30k)."},
+                          "With --bf16 on a CPU, eager trains faster than sdpa (docs/speed.md)."},
     )
 
 
@@ -134,9 +134,8 @@ PAPER_DEFAULTS = dict(
 
 
 # The main job (no data given): a small model sized to train on the number-words corpus in minutes on 2 CPU cores.
-# Half the section 5.3 rate: at d_model 128 and batches of 2,048
-# tokens the formula's rate (4.4e-3 at the peak, 3 times base's) makes the held-out accuracy swing by 30 points from
-# one checkpoint to the next; at half of it every checkpoint from step 700 on is at 98-99%.
+# Half the section 5.3 rate: at d_model 128 the formula's peak is 3 times base's, and the held-out accuracy swings from
+# one checkpoint to the next (docs/training.md, the demo).
 DEMO_DEFAULTS = dict(
     d_model=128,
     layers=3,
