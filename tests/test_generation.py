@@ -331,3 +331,20 @@ def test_the_private_beam_search_methods_we_extend_still_take_what_we_use():
         for argument in arguments:  # passed by keyword, as the overrides' **state expects
             assert f"{argument}=" in call, (method, argument)
     assert "self._reorder_cache(" in beam_search
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_minimum_length_beyond_source_plus_n_wins_and_the_output_still_ends_with_eos(tiny_model, num_beams):
+    """min_new_tokens past the source + N limit: the limit moves to the first position the minimum allows, and the
+    output ends with </s> there (not with padding)."""
+    input_ids = torch.tensor([[5, 6, 2]])
+    out = tiny_model.generate(
+        input_ids=input_ids,
+        num_beams=num_beams,
+        max_length_over_source=2,  # a limit of 3 + 2 = 5 generated tokens
+        min_new_tokens=8,
+        logits_processor=[DiscourageEOS()],
+    )
+    generated = out[0, 1:].tolist()
+    assert generated.index(EOS) == 8  # the 9th generated token: the first one min_new_tokens allows to be </s>
+    assert tiny_model.config.pad_token_id not in generated[:8]

@@ -364,6 +364,7 @@ def test_trust_remote_code_loads_where_the_package_is_not_importable(tiny_model,
         (dict(pad_token_id=128), "pad_token_id"),
         (dict(eos_token_id=-1), "eos_token_id"),
         (dict(decoder_start_token_id=500), "decoder_start_token_id"),
+        (dict(activation_function="nope"), "activation_function"),
     ],
 )
 def test_invalid_config_values_name_the_field(overrides, field):
@@ -404,3 +405,36 @@ def test_learned_positions_refuse_inputs_longer_than_their_table():
     model = build(config)
     with pytest.raises(ValueError, match="max_position_embeddings=8"):
         model(input_ids=torch.randint(4, 128, (1, 9)), decoder_input_ids=torch.tensor([[1]]))
+
+
+@pytest.mark.parametrize("mask_length", [5, 9])
+def test_an_attention_mask_of_the_wrong_shape_is_refused_naming_both_shapes(tiny_model, batch, mask_length):
+    """All ones it would be ignored, with zeros broadcast or fail deep in torch: either way refused, naming shapes."""
+    wrong = torch.ones(2, mask_length, dtype=torch.long)
+    inputs = dict(batch)
+    with pytest.raises(ValueError, match=rf"`attention_mask` has shape \(2, {mask_length}\) but `input_ids` has shape \(2, 7\)"):
+        tiny_model(**dict(inputs, attention_mask=wrong))
+    with pytest.raises(ValueError, match=r"`decoder_attention_mask` has shape \(2, 5\) but `decoder_input_ids`"):
+        tiny_model(**dict(inputs, decoder_attention_mask=torch.ones(2, 5, dtype=torch.long)))
+    encoder_outputs = tiny_model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    with pytest.raises(ValueError, match=r"`attention_mask` has shape .* but `encoder_outputs` has shape \(2, 7\)"):
+        tiny_model(encoder_outputs=encoder_outputs, attention_mask=wrong, decoder_input_ids=batch["decoder_input_ids"])
+    with pytest.raises(ValueError, match=rf"`attention_mask` has shape \(2, {mask_length}\) but `input_ids`"):
+        tiny_model.generate(input_ids=batch["input_ids"], attention_mask=wrong, num_beams=1)
+
+
+@pytest.mark.parametrize("model_class", [VanillaTransformerModel, VanillaTransformerForConditionalGeneration])
+def test_a_checkpoint_without_the_shared_embedding_reports_it_missing(tiny_config, tmp_path, model_class):
+    """transformers' convention: a weight the checkpoint lacks is listed in `missing_keys` (and warned about), for
+    every model class, instead of loading random embeddings silently."""
+    from safetensors.torch import load_file, save_file
+
+    model_class(tiny_config).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if "shared" not in k}, tmp_path / "model.safetensors", {"format": "pt"})
+    for loader in [VanillaTransformerModel, VanillaTransformerForConditionalGeneration]:
+        loaded, info = loader.from_pretrained(tmp_path, output_loading_info=True)
+        prefix = "" if loader is VanillaTransformerModel else "model."
+        assert f"{prefix}shared.weight" in info["missing_keys"], loader.__name__
+        base = loaded.model if prefix else loaded
+        assert base.encoder.embed_tokens.weight is base.shared.weight is base.decoder.embed_tokens.weight

@@ -10,6 +10,8 @@ import torch
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
+from .input_checks import check_attention_mask
+
 # Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6 ... maximum output length during
 # inference to input length + 50, but terminate early when possible". Saved in every model's generation config.
 # "Terminate early when possible" is tensor2tensor's rule, transformers' early_stopping="never": stop once no running
@@ -35,10 +37,11 @@ def resolve_decoding_settings(
     """The decoding settings a call will use, read as `generate()` reads them: the call's keyword arguments, else the
     generation config given to the call (`generation_config`), else `defaults` (the model's generation config).
 
-    Returns `num_beams`, `length_penalty`, `early_stopping`, `max_new_tokens`, `max_length`, `eos_token_id` (None where
-    nothing sets them), `length_penalty_type` (`"transformers"` where nothing sets it: transformers' own penalty) and
-    `max_length_over_source`: the source + N limit, None when it is off. It is off when set to None in the call, or
-    when the call or its generation config set `max_length` or `max_new_tokens` (an explicit length wins).
+    Returns `num_beams`, `length_penalty`, `early_stopping`, `max_new_tokens`, `max_length`, `min_new_tokens`,
+    `min_length`, `eos_token_id` (None where nothing sets them), `length_penalty_type` (`"transformers"` where nothing
+    sets it: transformers' own penalty) and `max_length_over_source`: the source + N limit, None when it is off. It is
+    off when set to None in the call, or when the call or its generation config set `max_length` or `max_new_tokens`
+    (an explicit length wins).
     """
     call_kwargs = call_kwargs or {}
     sources = [call_kwargs] + [vars(config) for config in (generation_config, defaults) if config is not None]
@@ -46,10 +49,9 @@ def resolve_decoding_settings(
     def first(name):
         return next((source[name] for source in sources if source.get(name) is not None), None)
 
-    settings = {
-        name: first(name)
-        for name in ("num_beams", "length_penalty", "early_stopping", "max_new_tokens", "max_length", "eos_token_id")
-    }
+    names = ("num_beams", "length_penalty", "early_stopping", "max_new_tokens", "max_length", "min_new_tokens",
+             "min_length", "eos_token_id")
+    settings = {name: first(name) for name in names}
     settings["length_penalty_type"] = first("length_penalty_type") or "transformers"
     if settings["length_penalty_type"] not in LENGTH_PENALTY_TYPES:
         raise ValueError(
@@ -123,7 +125,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
 
     - `max_length_over_source` (default 50): when neither the call nor its generation config sets `max_length` or
       `max_new_tokens`, each sentence's output ends at the latest after its source length + 50 tokens. `None` turns it
-      off.
+      off. A `min_new_tokens` or `min_length` beyond it wins: the output then ends with `</s>` at the first position
+      they allow.
     - `length_penalty_type` (default `"gnmt"`): for beam search, `"gnmt"` ranks finished hypotheses by
       `log P(Y|X) / ((5 + |Y|) / 6) ** length_penalty` as the paper did; `"transformers"` keeps transformers'
       `log P(Y|X) / |Y| ** length_penalty`.
@@ -143,6 +146,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         logits_processor: LogitsProcessorList | None = None,
         **kwargs,
     ):
+        sources = kwargs.get("input_ids", inputs) if kwargs.get("inputs_embeds") is None else kwargs["inputs_embeds"]
+        if sources is not None:  # before the mask's sum sets each sentence's source + 50 limit
+            check_attention_mask(kwargs.get("attention_mask"), sources.shape[:2], "attention_mask", of="input_ids")
         settings = resolve_decoding_settings(generation_config, kwargs, defaults=self.generation_config)
         for name in PACKAGE_SETTINGS:
             kwargs.pop(name, None)
@@ -155,7 +161,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 kwargs.get("encoder_outputs"),
                 self.config.pad_token_id,
             )
-            max_lengths = lengths + settings["max_length_over_source"]
+            # A minimum length wins over the limit: the output still ends with </s>, at the first token allowed.
+            shortest = max((settings["min_new_tokens"] or 0) + 1, settings["min_length"] or 0)
+            max_lengths = (lengths + settings["max_length_over_source"]).clamp(min=shortest)
             eos_token_id = settings["eos_token_id"]
             eos_token_id = eos_token_id[0] if isinstance(eos_token_id, Sequence) else eos_token_id
             processors.append(MaxLengthOverSourceLogitsProcessor(max_lengths, eos_token_id))

@@ -24,7 +24,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -32,6 +32,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .dropout import DROPOUT_FUNCTIONS
 from .generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
+from .input_checks import check_attention_mask, check_token_ids
 
 
 # --- 3.5 Positional encoding -------------------------------------------------------------------------------------
@@ -95,18 +96,6 @@ def apply_dropout(x: torch.Tensor, p: float, training: bool, config: VanillaTran
 
 
 # --- 3.4 Embeddings ----------------------------------------------------------------------------------------------
-
-
-def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None:
-    """Clear errors for input ids the embedding cannot look up, instead of an index error deep in torch."""
-    if input_ids.numel() == 0:
-        raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}); give at least one token per sequence.")
-    if is_torchdynamo_compiling():
-        return
-    smallest, largest = (int(value) for value in torch.aminmax(input_ids))
-    if smallest < 0 or largest >= vocab_size:
-        bad = smallest if smallest < 0 else largest
-        raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}).")
 
 
 def embed_with_positions(stack: nn.Module, input_ids, inputs_embeds, past_len: int, name: str) -> torch.Tensor:
@@ -371,11 +360,11 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         "attentions": VanillaTransformerAttention,
     }
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding | None = None):
+    def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.dropout = config.dropout
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = embed_tokens or nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = build_positional_encoding(config)
         self.layers = nn.ModuleList(VanillaTransformerEncoderLayer(config) for _ in range(config.encoder_layers))
         # Pre-norm leaves the last layer's output un-normalised; post-norm (the paper) has no final LayerNorm.
@@ -392,6 +381,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         hidden_states = embed_with_positions(self, input_ids, inputs_embeds, past_len=0, name="input_ids")
+        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask", of="input_ids")
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -413,11 +403,11 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
     }
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding | None = None):
+    def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.dropout = config.dropout
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = embed_tokens or nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = build_positional_encoding(config)
         self.layers = nn.ModuleList(
             VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)
@@ -443,6 +433,12 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_len = cache.get_seq_length() if cache is not None else 0
         hidden_states = embed_with_positions(self, input_ids, inputs_embeds, past_len, name="decoder_input_ids")
+        batch_size, length = hidden_states.shape[:2]
+        mask_shape = (batch_size, past_len + length)  # cached tokens included
+        check_attention_mask(attention_mask, mask_shape, "decoder_attention_mask", of="decoder_input_ids")
+        if encoder_hidden_states is not None:
+            shape = encoder_hidden_states.shape[:2]
+            check_attention_mask(encoder_attention_mask, shape, "attention_mask", of="encoder_outputs")
 
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # Position i attends to positions <= i only (section 3.2.3), and never to padding.
@@ -485,7 +481,8 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
-    """The encoder-decoder of section 3.1 with one embedding matrix shared by source and target (section 3.4)."""
+    """The encoder-decoder of section 3.1 with one embedding matrix shared by source and target (section 3.4): the
+    stacks' embedding weights are tied to `shared` by transformers' weight tying, as BART's are."""
 
     _tied_weights_keys = {
         "encoder.embed_tokens.weight": "shared.weight",
@@ -495,8 +492,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.encoder = VanillaTransformerEncoder(config, self.shared)
-        self.decoder = VanillaTransformerDecoder(config, self.shared)
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
