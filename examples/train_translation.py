@@ -12,8 +12,8 @@ Every Seq2SeqTrainingArguments flag works (--bf16, --gradient-accumulation-steps
 
 import sys
 
-from vanilla_transformer.train import main
+from vanilla_transformer.cli import main
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(["train", *sys.argv[1:]])  # the command's one-line errors for bad input

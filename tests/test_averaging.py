@@ -147,3 +147,34 @@ def test_average_refuses_no_checkpoints_or_missing_weights(run_dir, tmp_path):
         average_checkpoints([run_dir / "checkpoint-100", empty], tmp_path / "averaged")
     with pytest.raises(ValueError, match="is one of the checkpoints"):
         average_checkpoints([run_dir / "checkpoint-100"], run_dir / "checkpoint-100")
+
+
+def test_average_replaces_a_model_only_when_forced(run_dir, tmp_path, capsys):
+    from vanilla_transformer.cli import main
+
+    out = save_checkpoint(tmp_path / "model", seed=7)
+    before = read_tensors(out)
+    capsys.readouterr()  # saving prints a progress bar
+    with pytest.raises(FileExistsError, match="already holds a model"):
+        average_checkpoints(find_checkpoints(run_dir, 2), out)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["average", "--run", str(run_dir), "--last", "2", "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"vanilla-transformer average: error: {out} already holds a model; pass force=True (--force) to replace it.\n"
+    )
+    assert all(torch.equal(tensor, before[name]) for name, tensor in read_tensors(out).items())
+    main(["average", "--run", str(run_dir), "--last", "2", "--out", str(out), "--force"])
+    expected = average_checkpoints(find_checkpoints(run_dir, 2), tmp_path / "fresh")  # an empty folder needs no force
+    assert read_tensors(out).keys() == read_tensors(expected).keys()
+    assert all(torch.equal(tensor, read_tensors(expected)[name]) for name, tensor in read_tensors(out).items())
+
+
+def test_average_command_reports_a_missing_run_in_one_line(tmp_path, capsys):
+    from vanilla_transformer.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["average", "--run", str(tmp_path / "missing"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    missing = tmp_path / "missing"
+    assert capsys.readouterr().err == f"vanilla-transformer average: error: Run folder {missing} does not exist.\n"

@@ -166,3 +166,23 @@ def test_training_flops_match_torch_flop_counter(name, monkeypatch):
         torch.nn.functional.cross_entropy(logits.view(-1, 1000), labels.view(-1), label_smoothing=0.1).backward()
     batch = dict(input_ids=input_ids.numpy(), labels=labels.numpy())
     assert counter.get_total_flops() == training_flops(SIZES["tiny"], 1000, [batch])
+
+
+def test_trainer_overhead_smoke(data_dir, tmp_path):
+    """The Trainer (its batches collated in a worker process) against the bare step, the profile, the data path."""
+    stdout, report = run_smoke("trainer_overhead", data_dir, tmp_path, "--workers", "1")
+    step_table, profile_table, data_table = [table_rows(table) for table in stdout.split("###")]
+    assert step_table[0][:2] == ["step", "steps/s, median (min-max)"]
+    assert [row[0] for row in step_table[1:]] == ["Trainer", "bare"]
+    results, settings = report["results"], report["settings"]
+    assert settings["dataloader_num_workers"] == 1 and settings["bf16"]  # the cpu recipe's precision
+    for stats in results.values():
+        assert len(stats["steps_per_s"]["values"]) == settings["rounds"] and stats["steps_per_s"]["min"] > 0
+    assert report["ratio"] == pytest.approx(results["Trainer"]["steps_per_s"]["median"]
+                                            / results["bare"]["steps_per_s"]["median"])
+    assert profile_table[0][:4] == ["operator", "Trainer, self CPU ms", "bare, self CPU ms", "difference"]
+    assert [row[0] for row in profile_table[-2:]] == ["all operators", "outside operators (Python, waiting)"]
+    profiles = report["profile_ms_per_step"]
+    assert any("addmm" in name for name in profiles["bare"]["operators"])
+    assert [row[0] for row in data_table[1:]] == ["fetch", "check ids", "collate", "total"]
+    assert report["data_path"]["ms_per_batch"]["total"]["median"] > 0

@@ -1,6 +1,10 @@
 """The `vanilla-transformer` command explains itself: `--help` lists every command with its summary, every command has
 its own `--help`, and options are spelled with dashes everywhere (`train` also takes transformers' underscores)."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from vanilla_transformer.cli import COMMANDS, main
@@ -55,3 +59,98 @@ def test_train_takes_dashes_and_underscores():
         assert (data_args.train_file, data_args.max_tokens, training_args.max_steps) == ("pairs.tsv", 512, 3)
     with pytest.raises(SystemExit):  # own data, spelled with dashes, still needs an output folder
         parse_arguments(["--source-file", "train.en", "--target-file", "train.de"])
+
+
+# --- User errors: one line, exit status 2, no traceback --------------------------------------------------------------
+
+
+def run_main(argv, capsys) -> str:
+    """What `main(argv)` prints on standard error when it stops with exit status 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    """Loading anything with transformers fails the test: the checks must come first, and never reach the Hub."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        pytest.fail(f"from_pretrained{args} was called")
+
+    for auto_class in (transformers.AutoTokenizer, transformers.AutoModelForSeq2SeqLM, transformers.AutoConfig):
+        monkeypatch.setattr(auto_class, "from_pretrained", refuse)
+
+
+@pytest.fixture
+def model_without_tokenizer(tmp_path):
+    from conftest import make_tiny_config
+
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    folder = tmp_path / "model"
+    VanillaTransformerForConditionalGeneration(make_tiny_config()).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "plot-attention", "export-ct2", "model-card"])
+def test_a_missing_model_folder_is_named_in_one_line(command, tmp_path, capsys, no_hub):
+    extra = {
+        "translate": [],
+        "evaluate": ["--src", "src.txt", "--ref", "ref.txt"],
+        "plot-attention": ["--source", "a cat", "--out", str(tmp_path / "plot.png")],
+        "export-ct2": ["--out", str(tmp_path / "ct2")],
+        "model-card": ["--out", str(tmp_path / "README.md")],
+    }[command]
+    if command == "evaluate":  # the model is checked after the files it scores
+        for name in ("src.txt", "ref.txt"):
+            (tmp_path / name).write_text("a cat\n")
+        extra = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    missing = "/path/that/does/not/exist"
+    err = run_main([command, "--model", missing, *extra], capsys)
+    assert err == f"vanilla-transformer {command}: error: no such folder: {missing}\n"
+
+
+def test_a_relative_path_that_does_not_exist_is_not_sent_to_the_hub(tmp_path, capsys, monkeypatch, no_hub):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    # A path under an existing folder, or one that is not USER/NAME, is a path: no Hub request is made.
+    for value in ["runs/en-de", "./en-de", "en-de/averaged/", "runs/en-de/averaged"]:
+        assert run_main(["translate", "--model", value], capsys).endswith(f"error: no such folder: {value}\n")
+    err = run_main(["translate", "--model", "en-de"], capsys)
+    assert err == "vanilla-transformer translate: error: no such folder: en-de (a Hub model is named USER/NAME)\n"
+
+
+def test_a_folder_without_tokenizer_files_says_so(model_without_tokenizer, capsys, no_hub):
+    err = run_main(["translate", "--model", str(model_without_tokenizer)], capsys)
+    assert err == (
+        f"vanilla-transformer translate: error: {model_without_tokenizer} has no tokenizer files "
+        "(tokenizer.json or tokenizer_config.json)\n"
+    )
+    (model_without_tokenizer / "config.json").unlink()
+    plot = ["plot-attention", "--model", str(model_without_tokenizer), "--source", "a", "--out", "a.png"]
+    err = run_main(plot, capsys)
+    assert err.endswith(f"error: {model_without_tokenizer} has no config.json: it is not a saved model folder\n")
+
+
+def test_a_missing_input_file_and_a_bad_device_are_named(model_without_tokenizer, tmp_path, capsys):
+    err = run_main(["translate", "--model", str(tmp_path), "--input", str(tmp_path / "missing.en")], capsys)
+    assert err == f"vanilla-transformer translate: error: no such file or folder: {tmp_path / 'missing.en'}\n"
+    err = run_main(["translate", "--model", str(tmp_path), "--input", str(tmp_path)], capsys)
+    assert err == f"vanilla-transformer translate: error: {tmp_path} is a folder, not a file\n"
+    assert "expected a device such as cpu" in run_main(["translate", "--model", "m", "--device", "gpu0"], capsys)
+
+
+def test_console_script_reports_a_missing_export_folder_in_one_line(tmp_path):
+    script = Path(sys.executable).with_name("vanilla-transformer")
+    if not script.exists():
+        pytest.skip("the vanilla-transformer console script is not installed next to this Python")
+    result = subprocess.run(
+        [script, "export-ct2", "--model", tmp_path / "missing", "--out", tmp_path / "ct2"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr == f"vanilla-transformer export-ct2: error: no such folder: {tmp_path / 'missing'}\n"

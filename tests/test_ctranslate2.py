@@ -251,3 +251,18 @@ def test_inputs_longer_than_the_exported_positions_get_a_clear_error(paper_model
     short = export_ctranslate2(model_dir, tmp_path / "short", max_positions=8)
     with pytest.raises(RuntimeError, match="--max-positions"):
         BACKENDS["ct2"](short, "cpu")([SENTENCES[2]], num_beams=1)
+
+
+def test_translate_command_reports_an_input_too_long_for_the_export_in_one_line(paper_model, tmp_path, capsys):
+    model_dir, _ = paper_model
+    short = export_ctranslate2(model_dir, tmp_path / "short", max_positions=8)
+    source, output = tmp_path / "long.txt", tmp_path / "out.txt"
+    source.write_text(SENTENCES[2] + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(short), "--backend", "ct2", "--device", "cpu", "--input", str(source),
+              "--output", str(output), "--num-beams", "1"])  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    last_line = err.splitlines()[-1]  # after the progress bar of loading the weights
+    assert last_line.startswith("vanilla-transformer translate: error: ") and "--max-positions" in last_line
+    assert "Traceback" not in err and not output.exists()

@@ -79,3 +79,27 @@ def test_saved_config_lists_the_pipelines_for_loading_without_the_package(model_
     assert (model_dir / "pipeline_vanilla_transformer.py").exists()
     # In this process the package is imported: the config does not send pipeline() to remote code.
     assert not getattr(VanillaTransformerConfig.from_pretrained(model_dir), "custom_pipelines", None)
+
+
+@pytest.fixture(scope="module")
+def model_dir_without_pair(model_dir, tmp_path_factory):
+    """The same model, its config naming no language pair."""
+    folder = tmp_path_factory.mktemp("no-pair")
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    model.config.source_lang = model.config.target_lang = None
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("task", ["translation_en_to_de", "translation_fr_to_en", "translation_pt-BR_to_zh_CN"])
+def test_any_language_pair_task_works_for_a_model_without_a_pair(model_dir_without_pair, task):
+    translator = pipeline(task, model=str(model_dir_without_pair))
+    expected = reference_translations(model_dir_without_pair, SENTENCES[:2])
+    assert translator(SENTENCES[:2]) == [{"translation_text": text} for text in expected]
+
+
+def test_a_pair_other_than_the_models_is_translated_as_trained_with_a_warning(model_dir, caplog):
+    translator = pipeline("translation_fr_to_en", model=str(model_dir))
+    assert "asks for fr -> en, but the model translates en -> de" in caplog.text
+    assert translator(SENTENCES[0]) == [{"translation_text": reference_translations(model_dir, SENTENCES[:1])[0]}]

@@ -47,9 +47,10 @@ DECODING_FLAGS = ["--num-beams", "1", "--max-new-tokens", "8"]
 def model_and_tokenizer():
     tokenizer = train_tokenizer(TOKENIZER_TEXT, vocab_size=200, show_progress=False)
     tokenizer.model_max_length = MODEL_MAX_LENGTH
-    # Larger random embeddings and attention biases: the output of a random model then depends on its input.
-    config = tiny_config_for(tokenizer, init_std=1.0, attention_bias=True)
-    torch.manual_seed(0)
+    # Larger random embeddings, and a seed whose random model translates each of LINES differently (checked by
+    # `one_by_one`): the output of a random model then depends on its input.
+    config = tiny_config_for(tokenizer, init_std=0.5)
+    torch.manual_seed(21)
     model = VanillaTransformerForConditionalGeneration(config).eval()
     # Saved with the model, so the commands decode the same way.
     allowed = set(tokenizer.convert_tokens_to_ids(list("abcdefghijklmnopqrstuvwxyz") + ["Ġ", "</s>"]))
@@ -251,3 +252,131 @@ def test_evaluate_refuses_unaligned_or_empty_files(model_dir, tmp_path, capsys, 
         main(["evaluate", "--model", str(model_dir), "--src", str(source), "--ref", str(reference)])
     assert exit_info.value.code == 2
     assert problem.format(src=source, ref=reference) in capsys.readouterr().err
+
+
+# --- Outputs written whole, checked first; long inputs a chunk at a time ---------------------------------------------
+
+
+def refuse_to_translate(monkeypatch):
+    """Loading a model fails the test: the command must stop before."""
+    from vanilla_transformer import backends
+
+    monkeypatch.setitem(backends.BACKENDS, "torch", lambda *args: pytest.fail("the model was loaded"))
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_an_output_that_cannot_be_written_stops_the_command_before_translating(
+    command, model_dir, tmp_path, capsys, monkeypatch
+):
+    refuse_to_translate(monkeypatch)
+    source = write(tmp_path / "in.txt", b"a cat\n")
+    flag = {"translate": ["--input", str(source)], "evaluate": ["--src", str(source), "--ref", str(source)]}[command]
+    output_flag = "--output" if command == "translate" else "--output-hyps"
+    missing = tmp_path / "missing" / "out.txt"
+    for output, problem in [
+        (missing, f"no such folder: {missing.parent} (to write {missing} in)"),
+        (tmp_path, f"{tmp_path} is a folder; give the name of a file to write"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--model", str(model_dir), *flag, output_flag, str(output)])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == f"vanilla-transformer {command}: error: {problem}\n"
+
+
+def test_output_file_is_replaced_whole_or_not_at_all(tmp_path):
+    from vanilla_transformer.text_files import output_file
+
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    for interruption in (KeyboardInterrupt, RuntimeError):
+        with pytest.raises(interruption), output_file(target) as file:
+            file.write("half of the new\n")
+            raise interruption
+        assert target.read_text() == "old\n" and sorted(tmp_path.iterdir()) == [target]
+    with output_file(target) as file:
+        file.write("new\n")
+    assert target.read_text() == "new\n" and sorted(tmp_path.iterdir()) == [target]
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def in_chunks_of(size, monkeypatch) -> list[int]:
+    """Make the commands translate `size` lines at a time; the sizes of the chunks translated are recorded."""
+    from vanilla_transformer import translate as translate_module
+
+    sizes, translate_in_chunks = [], translate_module.translate_in_chunks
+
+    def recording(translate, lines, **options):
+        def recording_translate(chunk, **chunk_options):
+            sizes.append(len(chunk))
+            return translate(chunk, **chunk_options)
+
+        return translate_in_chunks(recording_translate, lines, chunk_lines=size, **options)
+
+    monkeypatch.setattr(translate_module, "translate_in_chunks", recording)
+    return sizes
+
+
+def test_translate_command_translates_a_chunk_at_a_time_in_input_order(
+    model_dir, one_by_one, tmp_path, monkeypatch, caplog
+):
+    sizes = in_chunks_of(3, monkeypatch)
+    long_line = " ".join(["the cat sat"] * 4)  # 48 tokens, reported with its line number in the file
+    source = write(tmp_path / "in.txt", "\n".join(LINES + [long_line]).encode() + b"\n")
+    output = tmp_path / "out.txt"
+    main(["translate", "--model", str(model_dir), "--input", str(source), "--output", str(output), *DECODING_FLAGS])
+    assert sizes == [3, 3, 3]
+    assert output.read_text(encoding="utf-8").split("\n")[:-2] == one_by_one
+    assert f"Line 9 (48 tokens) longer than {MODEL_MAX_LENGTH} tokens" in caplog.text
+
+
+def test_an_interrupted_translation_leaves_the_old_output(model_dir, tmp_path, monkeypatch, capsys):
+    from vanilla_transformer import backends
+
+    in_chunks_of(2, monkeypatch)
+    load = backends.BACKENDS["torch"]
+
+    def interrupted_on_the_second_chunk(model, device):
+        translate, calls = load(model, device), []
+
+        def translate_or_interrupt(lines, **options):
+            calls.append(lines)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return translate(lines, **options)
+
+        return translate_or_interrupt
+
+    monkeypatch.setitem(backends.BACKENDS, "torch", interrupted_on_the_second_chunk)
+    source = write(tmp_path / "in.txt", "\n".join(LINES).encode())
+    output = write(tmp_path / "out.txt", b"the old translations\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(model_dir), "--input", str(source), "--output", str(output), *DECODING_FLAGS])
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.endswith("\nvanilla-transformer translate: interrupted\n")
+    assert output.read_bytes() == b"the old translations\n"
+    assert sorted(tmp_path.iterdir()) == [source, output]  # no temporary file left behind
+
+
+def translate_peak_rss_mib(model_dir, input_path, output_path, *flags) -> float:
+    """Peak resident memory (MiB) of `vanilla-transformer translate` on `input_path`, run in a child process."""
+    import os
+
+    script = Path(sys.executable).with_name("vanilla-transformer")
+    command = [script, "translate", "--model", model_dir, "--input", input_path, "--output", output_path, *flags]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, process.stderr.read().decode()[-2000:]
+    return usage.ru_maxrss / 1024  # kilobytes on Linux
+
+
+def test_translate_command_memory_does_not_grow_with_the_input(model_dir, tmp_path):
+    if not Path(sys.executable).with_name("vanilla-transformer").exists():
+        pytest.skip("the vanilla-transformer console script is not installed next to this Python")
+    flags = ["--num-beams", "1", "--max-new-tokens", "1", "--batch-size", "256", "--device", "cpu"]
+    peaks = {}
+    for count in (2_500, 10_000):  # past the first chunk (2,048 lines), memory stays flat
+        source = write(tmp_path / f"{count}.txt", "".join(f"{LINES[i % 8]} {i}\n" for i in range(count)).encode())
+        peaks[count] = translate_peak_rss_mib(model_dir, source, tmp_path / "out.txt", *flags)
+        assert len((tmp_path / "out.txt").read_text().split("\n")) == count + 1
+    assert peaks[10_000] - peaks[2_500] < 10, peaks

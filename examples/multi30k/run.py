@@ -171,7 +171,7 @@ def main(argv=None):
 
     run_dir, averaged = args.output_dir, args.output_dir / "averaged"
     checkpoints = find_checkpoints(run_dir, args.average_last)
-    average_checkpoints(checkpoints, averaged)
+    average_checkpoints(checkpoints, averaged, force=True)  # the run's own averaged model, made anew
     generation_config = GenerationConfig.from_pretrained(averaged)
     generation_config.length_penalty = args.length_penalty  # what the card reports and pipeline() then uses
     generation_config.save_pretrained(averaged)

@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from transformers.utils import SAFE_WEIGHTS_NAME
+from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 
 _CHECKPOINT_PATTERN = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -65,14 +65,17 @@ def find_checkpoints(run_dir: str | os.PathLike, last_n: int) -> list[Path]:
     return sorted(steps, key=steps.get)[-last_n:]
 
 
-def average_checkpoints(checkpoint_dirs: list[str | os.PathLike], output_dir: str | os.PathLike) -> Path:
+def average_checkpoints(
+    checkpoint_dirs: list[str | os.PathLike], output_dir: str | os.PathLike, force: bool = False
+) -> Path:
     """Write the element-wise mean of the checkpoints' weights to `output_dir` and return it.
 
     Each folder must hold a `model.safetensors` with the same tensor names, shapes and dtypes. Floating-point tensors
     are summed in float64 and divided at the end, then stored in their own dtype; other tensors are taken from the
     last checkpoint. The last checkpoint's other files (config, generation config, tokenizer, custom code) are
     copied, its optimizer and Trainer state are not, so `AutoModelForSeq2SeqLM.from_pretrained(output_dir)` and
-    `AutoTokenizer.from_pretrained(output_dir)` load the result.
+    `AutoTokenizer.from_pretrained(output_dir)` load the result. An `output_dir` that already holds a model (a
+    `config.json` or weights) has its files replaced only with `force`.
     """
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
@@ -83,6 +86,8 @@ def average_checkpoints(checkpoint_dirs: list[str | os.PathLike], output_dir: st
             raise ValueError(f"Checkpoint {path} has no {SAFE_WEIGHTS_NAME}.")
         if output_dir.exists() and path.resolve() == output_dir.resolve():
             raise ValueError(f"The output folder {output_dir} is one of the checkpoints; choose another folder.")
+    if not force and any((output_dir / name).exists() for name in (SAFE_WEIGHTS_NAME, CONFIG_NAME)):
+        raise FileExistsError(f"{output_dir} already holds a model; pass force=True (--force) to replace it.")
     last = checkpoint_dirs[-1]
 
     with ExitStack() as stack:

@@ -46,6 +46,11 @@ def torch_translator(model_dir: PathLike, device: str | None = None) -> Translat
 # --- ct2 -----------------------------------------------------------------------------------------------------------
 
 
+class InputTooLongError(RuntimeError):
+    """A source or output longer than the position table an `export-ct2` folder stores (its `--max-positions`)."""
+
+
+
 def ct2_translator(model_dir: PathLike, device: str | None = None) -> Translator:
     """The CTranslate2 folder `model_dir` (from `ctranslate2_export.export_ctranslate2`) loaded on `device` ("cpu",
     "cuda", "cuda:1"; default: CUDA when CTranslate2 sees a GPU), as `ct2_translate_lines` bound to its translator,
@@ -95,13 +100,14 @@ def ct2_translate_lines(
     max_tokens: int | None = None,
     warn_length: int | None = None,
     show_progress: bool | None = None,
+    first_line: int = 1,
     generation_config: GenerationConfig | None = None,
     **options,
 ) -> list[str]:
     r"""
     Translate each of `lines` with a `ctranslate2.Translator`, batched as `translate_lines` does for `generate()`
-    (sorted by length, `batch_size` sentences and `max_tokens` tokens at most, empty lines give ""); the translations
-    come back in input order.
+    (sorted by length, `batch_size` sentences and `max_tokens` tokens at most, empty lines give "", long lines reported
+    with their number counted from `first_line`); the translations come back in input order.
 
     The decoding settings of `generate()` are read as it reads them: from `options`, else from `generation_config`
     (the exported model's; section 6.1's when missing):
@@ -144,7 +150,7 @@ def ct2_translate_lines(
     )
     search.update(options)
 
-    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length)
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     if not to_translate:
         return translations
     lengths = [len(ids) for ids in input_ids]
@@ -171,7 +177,7 @@ def ct2_translate_lines(
             except RuntimeError as error:
                 if "position encodings" not in str(error):
                     raise
-                raise RuntimeError(
+                raise InputTooLongError(
                     f"{error}: the CTranslate2 model has a fixed number of positions; export it again with a larger "
                     "--max-positions, or shorten the input or max_new_tokens"
                 ) from error
@@ -197,4 +203,4 @@ def _best_gnmt_hypothesis(result, alpha: float) -> list[str]:
 BACKENDS: dict[str, Callable[[PathLike, str | None], Translator]] = {"torch": torch_translator, "ct2": ct2_translator}
 
 
-__all__ = ["BACKENDS", "ct2_translate_lines", "ct2_translator", "torch_translator"]
+__all__ = ["BACKENDS", "InputTooLongError", "ct2_translate_lines", "ct2_translator", "torch_translator"]

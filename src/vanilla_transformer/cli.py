@@ -1,15 +1,29 @@
 """The `vanilla-transformer` command: one function per subcommand, listed with its one-line summary in `COMMANDS`.
 
 `vanilla-transformer --help` lists the commands, `vanilla-transformer COMMAND --help` gives a command's options. Options
-are spelled with dashes (`--max-new-tokens`); `train` also takes transformers' underscores (`--max_steps`). A command
-whose optional packages are missing says which extra installs them, in one line.
+are spelled with dashes (`--max-new-tokens`); `train` also takes transformers' underscores (`--max_steps`).
+
+A mistake in what a command is given (a missing folder, a bad value, a file with a bad line) is a `UserError`; `main`
+prints it, or a `MissingExtraError`, as one line, `vanilla-transformer COMMAND: error: ...`, and exits with status 2.
+Paths are checked before any work, and outputs are written whole or not at all (`text_files.output_file`). Any other
+exception is a bug and keeps its traceback.
 """
 
 import argparse
 import functools
 import sys
+from pathlib import Path
+from pathlib import Path
 
 from .extras import MissingExtraError
+from .user_errors import (
+    UserError,
+    check_input_file,
+    check_model,
+    check_output_file,
+    check_output_folder,
+    user_errors,
+)
 
 
 def average_command(argv: list[str]) -> None:
@@ -20,11 +34,14 @@ def average_command(argv: list[str]) -> None:
         description="Average the weights of the last N checkpoints of a run (section 6.1: 5 for base, 20 for big).",
     )
     parser.add_argument("--run", required=True, help="A Trainer output folder holding checkpoint-<step> folders.")
-    parser.add_argument("--last", type=int, default=5, help="How many of the latest checkpoints to average.")
+    parser.add_argument("--last", type=_positive_int, default=5, help="How many of the latest checkpoints to average.")
     parser.add_argument("--out", required=True, help="Folder for the averaged model (loads with from_pretrained).")
+    parser.add_argument("--force", action="store_true", help="Replace the model --out already holds.")
     args = parser.parse_args(argv)
-    checkpoints = find_checkpoints(args.run, args.last)
-    average_checkpoints(checkpoints, args.out)
+    check_output_folder(args.out)
+    with user_errors(ValueError, OSError):
+        checkpoints = find_checkpoints(args.run, args.last)
+        average_checkpoints(checkpoints, args.out, force=args.force)
     print(f"averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {args.out}")
 
 
@@ -45,6 +62,14 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
     parser.add_argument("--license", default="apache-2.0", help="License of the model on the Hub.")
 
 
+def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> None:
+    check_model(args.model, weights=weights, tokenizer=tokenizer, hub=False)
+    if args.run is not None and not Path(args.run).is_dir():
+        raise UserError(f"no such folder: {args.run}")
+    if results is not None and not Path(results).is_file():
+        raise UserError(f"no such file: {results}")
+
+
 def model_card_command(argv: list[str]) -> None:
     from .hub import write_model_card
 
@@ -58,7 +83,13 @@ def model_card_command(argv: list[str]) -> None:
         "--out", required=True, help="Where to write the card, e.g. model_cards/NAME/README.md (its figures go beside it)."
     )
     args = parser.parse_args(argv)
-    write_model_card(args.model, args.out, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license)
+    _check_card_arguments(args, args.results, weights=False, tokenizer=False)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a card is a new folder, its figures beside it
+    check_output_file(args.out)
+    with user_errors(ValueError, OSError):
+        write_model_card(
+            args.model, args.out, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license
+        )
     print(f"model card written to {args.out}")
 
 
@@ -75,16 +106,18 @@ def push_command(argv: list[str]) -> None:
     parser.add_argument("--commit-message", default="Upload vanilla-transformer model")
     parser.add_argument("--token", help="A Hub token with write access (default: the one of `hf auth login`).")
     args = parser.parse_args(argv)
-    commit = push_to_hub(
-        args.model,
-        args.repo_id,
-        private=args.private,
-        results=args.card_results,
-        run_dir=args.run,
-        license=args.license,
-        commit_message=args.commit_message,
-        token=args.token,
-    )
+    _check_card_arguments(args, args.card_results, weights=True, tokenizer=True)
+    with user_errors(ValueError, OSError):  # the Hub's refusals (no token, no access) are OSErrors
+        commit = push_to_hub(
+            args.model,
+            args.repo_id,
+            private=args.private,
+            results=args.card_results,
+            run_dir=args.run,
+            license=args.license,
+            commit_message=args.commit_message,
+            token=args.token,
+        )
     print(f"pushed to {commit.commit_url}")
 
 
@@ -95,6 +128,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _device(text: str) -> str:
+    import torch
+
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"expected a device such as cpu, cuda or cuda:1, got {text!r}") from None
+    return text
+
+
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
     from .backends import BACKENDS
 
@@ -102,7 +145,8 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         required=True,
         metavar="DIR",
-        help="A saved model folder (from train, average or save_pretrained); with --backend ct2, an export-ct2 folder.",
+        help="A saved model folder (from train, average or save_pretrained) or a Hub id USER/NAME; with --backend "
+        "ct2, an export-ct2 folder.",
     )
     parser.add_argument(
         "--batch-size", type=_positive_int, default=32, metavar="N", help="Sentences per batch (sorted by length)."
@@ -120,48 +164,51 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="Most tokens generated per sentence (default: the model's generation config; source length + 50 in the "
         "paper).",
     )
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when available).")
+    parser.add_argument("--device", type=_device, help="cpu, cuda, cuda:1, ... (default: cuda when available).")
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="torch", help="What runs the model.")
 
 
-def _translator(parser: argparse.ArgumentParser, args: argparse.Namespace):
+def _translator(args: argparse.Namespace):
     """The backend's translate function for the model folder, with the command's decoding options bound."""
+    import torch
+
     from .backends import BACKENDS
 
-    try:
+    torch_backend = args.backend == "torch"
+    # An export-ct2 folder holds model.bin, not transformers weights: the ct2 backend says what a folder lacks.
+    check_model(args.model, config=torch_backend, weights=torch_backend, hub=torch_backend)
+    if torch_backend and args.device and torch.device(args.device).type == "cuda":
+        index, available = torch.device(args.device).index or 0, torch.cuda.device_count()
+        if index >= available:
+            raise UserError(f"--device {args.device}: this machine has {available} CUDA device(s) for torch")
+    with user_errors(OSError, ValueError, path=args.model):  # a folder the backend cannot run, a Hub id not there
         translate = BACKENDS[args.backend](args.model, args.device)
-    except (OSError, ValueError) as error:  # a missing folder, or one the backend cannot run: no traceback
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     options = dict(batch_size=args.batch_size, num_beams=args.num_beams)
     if args.max_new_tokens is not None:
         options["max_new_tokens"] = args.max_new_tokens
     return functools.partial(translate, **options)
 
 
-def _read_lines_or_exit(parser: argparse.ArgumentParser, path: str | None) -> list[str]:
-    """The lines of `path` (standard input when None); an unreadable file or a bad byte ends the command with status
-    2 and a one-line message naming the file and line, not a traceback."""
+def _read_lines(path: str) -> list[str]:
+    """The lines of `path`; an unreadable file or a bad byte is a `UserError` naming the file (and line)."""
     from .text_files import InvalidUTF8Error, read_lines
 
-    try:
+    with user_errors(OSError, EOFError, InvalidUTF8Error, path=path):
         return read_lines(path)
-    except (OSError, InvalidUTF8Error) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
-def _write_lines(path: str | None, lines: list[str]) -> None:
-    """One line each to `path` (standard output when None). A line break inside a translation would shift every later
-    line, so it becomes a space."""
-    text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
-    if path is None or path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        with open(path, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
+def _one_line(translation: str) -> str:
+    """A line break inside a translation would shift every later line: it becomes a space."""
+    return translation.replace("\r", " ").replace("\n", " ") + "\n"
 
 
 def translate_command(argv: list[str]) -> None:
+    from tqdm.auto import tqdm
+
+    from .backends import InputTooLongError
+    from .text_files import InvalidUTF8Error, iter_lines, output_file
+    from .translate import translate_in_chunks
+
     parser = argparse.ArgumentParser(
         prog="vanilla-transformer translate",
         description="Translate a file or standard input line by line: one translation per input line, in order; "
@@ -173,12 +220,25 @@ def translate_command(argv: list[str]) -> None:
     )
     parser.add_argument("--output", metavar="FILE", help="Where to write the translations; default: standard output.")
     args = parser.parse_args(argv)
-    lines = _read_lines_or_exit(parser, args.input)
-    _write_lines(args.output, _translator(parser, args)(lines))
+    check_output_file(args.output)
+    num_lines = check_input_file(args.input)
+    translate = _translator(args)
+    # A chunk of lines at a time (sorted and batched within it), so memory stays flat however long the input; the
+    # output file appears, whole, at the end.
+    with (
+        output_file(args.output) as file,
+        tqdm(total=num_lines, unit="line", disable=not sys.stderr.isatty()) as bar,
+        user_errors(InvalidUTF8Error, InputTooLongError),  # standard input is checked as it is read
+    ):
+        for translation in translate_in_chunks(translate, iter_lines(args.input), show_progress=False):
+            file.write(_one_line(translation))
+            bar.update()
 
 
 def evaluate_command(argv: list[str]) -> None:
+    from .backends import InputTooLongError
     from .metrics import score_translations
+    from .text_files import output_file
 
     parser = argparse.ArgumentParser(
         prog="vanilla-transformer evaluate",
@@ -192,20 +252,23 @@ def evaluate_command(argv: list[str]) -> None:
     )
     parser.add_argument("--output-hyps", metavar="FILE", help="Also write the translations to this file.")
     args = parser.parse_args(argv)
-    sources, references = _read_lines_or_exit(parser, args.src), _read_lines_or_exit(parser, args.ref)
+    check_output_file(args.output_hyps)
+    sources, references = _read_lines(args.src), _read_lines(args.ref)
     for path, lines in ((args.src, sources), (args.ref, references)):
         if not any(line.strip() for line in lines):
-            parser.exit(2, f"{parser.prog}: error: {path} is empty\n")
+            raise UserError(f"{path} is empty")
     if len(sources) != len(references):
-        parser.exit(
-            2,
-            f"{parser.prog}: error: {args.src} has {len(sources)} lines but {args.ref} has {len(references)}; "
-            "source and reference files must be aligned line by line\n",
+        raise UserError(
+            f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}; source and reference files "
+            "must be aligned line by line"
         )
 
-    hypotheses = _translator(parser, args)(sources)
+    translate = _translator(args)
+    with user_errors(InputTooLongError, path=args.src):
+        hypotheses = translate(sources)
     if args.output_hyps:
-        _write_lines(args.output_hyps, hypotheses)
+        with output_file(args.output_hyps) as file:
+            file.writelines(_one_line(hypothesis) for hypothesis in hypotheses)
     scores = score_translations(hypotheses, references)
     print(f"{scores['bleu_report']}\n  signature: {scores['bleu_signature']}")
     print(f"{scores['chrf_report']}\n  signature: {scores['chrf_signature']}")
@@ -238,13 +301,14 @@ def plot_attention_command(argv: list[str]) -> None:
     )
     parser.add_argument("--out", required=True, metavar="FILE", help="The image file, e.g. attention.png.")
     args = parser.parse_args(argv)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    check_model(args.model)
+    check_output_file(args.out)
+    with user_errors(OSError, ValueError, path=args.model):
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
     weights = attention_weights(model, tokenizer, args.source, args.translation)
-    try:
+    with user_errors(ValueError):  # a layer or head the model does not have
         plot_attention(weights, args.kind, args.layer, args.head, args.out)
-    except ValueError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(f"translation: {weights['translation']}\nattention plot written to {args.out}")
 
 
@@ -272,10 +336,10 @@ def export_ct2_command(argv: list[str]) -> None:
     )
     parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
     args = parser.parse_args(argv)
-    try:
+    check_model(args.model, hub=False)
+    check_output_folder(args.out)
+    with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
         export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)
-    except (ValueError, FileExistsError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(f"CTranslate2 model written to {args.out}")
 
 
@@ -310,9 +374,17 @@ def main(argv: list[str] | None = None) -> None:
     command, _ = COMMANDS[name]
     try:
         command(argv[1:])
-    except MissingExtraError as error:  # one line, not a traceback
-        sys.exit(f"vanilla-transformer {name}: error: {error}")
+    except (UserError, MissingExtraError) as error:  # one line, not a traceback
+        print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"vanilla-transformer {name}: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m vanilla_transformer.cli` (torchrun): the package's own module runs, so that the `UserError` the
+    # commands raise is the class `main` catches, not a copy in `__main__`.
+    from vanilla_transformer.cli import main as package_main
+
+    package_main()

@@ -1,6 +1,14 @@
 """Checks of what users pass to the model and to `generate()`, so that a mistake gets a clear `ValueError` naming the
-argument and its value instead of an index or broadcast error deep in torch, or a silently different result."""
+argument and its value instead of an index or broadcast error deep in torch, or a silently different result.
 
+The model checks token ids on tensors, which reads them back to the host: it does so in inference only. Training
+checks them in the data, on the CPU before the batch reaches the device (`check_feature_token_ids`, applied by
+`training.TokenIdCheckingCollator`), so that checking them never makes a training step wait for the device."""
+
+from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
 import torch
 from transformers.utils import is_torchdynamo_compiling
 
@@ -15,6 +23,31 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None
     if smallest < 0 or largest >= vocab_size:
         bad = smallest if smallest < 0 else largest
         raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}).")
+
+
+# Feature fields that hold token ids; `labels` may also hold the loss's ignore index.
+TOKEN_ID_FIELDS = ("input_ids", "decoder_input_ids", "labels")
+IGNORE_INDEX = -100
+
+
+def check_feature_token_ids(features: Sequence[dict], vocab_size: int) -> None:
+    """Token ids of tokenized examples (lists of ids, or arrays), before collation: each in [0, vocab_size), and -100
+    also allowed in `labels`. Pure Python and numpy: no tensor is read back from a device."""
+    for name in TOKEN_ID_FIELDS:
+        rows = [ids if isinstance(ids, list) else np.asarray(ids).ravel().tolist()
+                for feature in features if (ids := feature.get(name)) is not None]
+        rows = [ids for ids in rows if len(ids)]
+        if not rows:
+            continue
+        smallest, largest = min(map(min, rows)), max(map(max, rows))
+        if smallest < 0 and name == "labels":
+            smallest = min((i for i in chain.from_iterable(rows) if i != IGNORE_INDEX), default=0)
+        if smallest < 0 or largest >= vocab_size:
+            bad = smallest if smallest < 0 else largest
+            raise ValueError(
+                f"`{name}` of a training example contains token id {bad}, outside the model's vocabulary "
+                f"[0, {vocab_size}): was the data tokenized with another tokenizer than the model's?"
+            )
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, ...], name: str, of: str) -> None:

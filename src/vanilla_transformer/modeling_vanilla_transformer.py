@@ -104,7 +104,9 @@ def embed_with_positions(stack: nn.Module, input_ids, inputs_embeds, past_len: i
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
     if inputs_embeds is None:
-        if past_len == 0:  # cached decoding steps feed back the model's own predictions: no host sync per step
+        # Checking reads the ids back to the host: not on cached decoding steps (the model's own predictions), nor in
+        # training, whose ids the data collator checks on the CPU (training.TokenIdCheckingCollator).
+        if past_len == 0 and not stack.training:
             check_token_ids(input_ids, stack.embed_tokens.num_embeddings, name)
         inputs_embeds = stack.embed_tokens(input_ids)
     positions = stack.embed_positions(inputs_embeds.shape[1], past_len).to(inputs_embeds.dtype)

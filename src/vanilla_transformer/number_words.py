@@ -1,10 +1,13 @@
 """A parallel corpus the project makes itself: English number words -> French (or German) number words.
 
-It lets the main job train and evaluate a real translation model offline: the test numbers are never seen in
-training, so exact-match accuracy on them measures generalisation, not memorisation.
+It lets the main job train and evaluate a real translation model offline. Every number below 1,000 is evaluated, each
+magnitude on its own: the numbers below 100 are all in training (each is a word to learn), so they are reported as
+seen in training; the numbers 100-999 are split between training and a held-out part; numbers of 1,000 and more are
+held out at random. Exact match on the held-out numbers measures generalisation, not memorisation.
 """
 
 import random
+from collections import Counter
 
 from .extras import require
 
@@ -13,13 +16,24 @@ datasets = require("datasets", extra="train")
 num2words = require("num2words", extra="train").num2words
 
 
-def sample_numbers(count: int, rng: random.Random, max_digits: int, exclude: set[int]) -> list[int]:
-    """Distinct numbers, the digit count drawn uniformly first so that small numbers are not drowned out."""
+def magnitude(number: int) -> str:
+    """The range of the numbers with as many digits as `number`: "0-9", "10-99", ..., "100,000-999,999"."""
+    digits = len(str(number))
+    return f"{0 if digits == 1 else 10 ** (digits - 1):,}-{10**digits - 1:,}"
+
+
+def sample_numbers(
+    count: int, rng: random.Random, min_digits: int, max_digits: int, exclude: set[int], zero_probability: float = 0.1
+) -> list[int]:
+    """Distinct numbers: the digit count drawn uniformly first, so that smaller numbers are not drowned out, then the
+    first digit uniformly from 1-9 and each other digit 0 with `zero_probability`, else uniformly from 1-9 (at 0.1
+    every number of that many digits is equally likely)."""
     numbers: list[int] = []
     seen = set(exclude)
     while len(numbers) < count:
-        digits = rng.randint(1, max_digits)
-        number = rng.randrange(0 if digits == 1 else 10 ** (digits - 1), 10**digits)
+        number = rng.randint(1, 9)
+        for _ in range(rng.randint(min_digits, max_digits) - 1):
+            number = 10 * number + (0 if rng.random() < zero_probability else rng.randint(1, 9))
         if number not in seen:
             seen.add(number)
             numbers.append(number)
@@ -28,21 +42,77 @@ def sample_numbers(count: int, rng: random.Random, max_digits: int, exclude: set
 
 def number_words_corpus(
     target_lang: str = "fr",
-    train_size: int = 20000,
+    train_size: int = 60000,
     validation_size: int = 300,
     test_size: int = 500,
     max_digits: int = 6,
+    held_out_hundreds: int = 450,
+    repeats_below_100: int = 50,
+    repeats_hundreds: int = 20,
+    zero_probability: float = 0.3,
     seed: int = 0,
 ) -> datasets.DatasetDict:
-    """`train`, `validation` and `test` splits of `{"translation": {"en": ..., target_lang: ...}}` pairs over
-    disjoint sets of numbers below 10**max_digits."""
-    if train_size + validation_size + test_size > 0.9 * 10**max_digits:
-        raise ValueError(f"Asked for more numbers than {max_digits} digits hold without repeats.")
+    """Splits of `{"translation": {"en": ..., target_lang: ...}, "number": n, "magnitude": "100-999"}` rows:
+
+    - `test`, numbers never in training: `held_out_hundreds` random numbers 100-999 and `test_size` numbers from
+      1,000 up to 10**max_digits - 1, the digit count drawn uniformly first, so that each magnitude has its share;
+    - `validation`: `validation_size` other numbers of 1,000 and more;
+    - `train`: `train_size` pairs: every number below 100 `repeats_below_100` times and the numbers 100-999 not held
+      out `repeats_hundreds` times, then distinct numbers of 1,000 and more, none of them in `test` or `validation`,
+      drawn as the test ones except that each digit after the first is 0 with `zero_probability`; shuffled. The
+      numbers below 1,000 are few and short, and token batches put the copies of one number into a few batches of an
+      epoch: it takes many copies for a number to be learnt in many steps. Round forms, which French writes apart
+      ("deux cents" but "deux cent un", "quatre-vingts"), are rare among uniformly drawn numbers: more zeros make
+      them common enough to learn;
+    - `seen`: every number below 1,000 that is in `train`, once, to check that the model knows them too.
+
+    `test` and `seen` are in increasing order; together they hold every number below 1,000.
+    """
+    if not 4 <= max_digits <= 15:
+        raise ValueError(f"max_digits must be 4 to 15 (numbers of 1,000 and more are needed), got {max_digits}.")
+    if not 0 <= held_out_hundreds <= 900:
+        raise ValueError(f"held_out_hundreds must be 0 to 900 (there are 900 numbers 100-999), got {held_out_hundreds}.")
     rng = random.Random(seed)
-    splits, used = {}, set()
-    for split, size in [("train", train_size), ("validation", validation_size), ("test", test_size)]:
-        numbers = sample_numbers(size, rng, max_digits, exclude=used)
-        used.update(numbers)
-        pairs = [{"en": num2words(n, lang="en"), target_lang: num2words(n, lang=target_lang)} for n in numbers]
-        splits[split] = datasets.Dataset.from_dict({"translation": pairs, "number": numbers})
-    return datasets.DatasetDict(splits)
+    held_out = sorted(rng.sample(range(100, 1000), held_out_hundreds))
+    seen = sorted(set(range(1000)) - set(held_out))
+    small_train = list(range(100)) * repeats_below_100 + seen[100:] * repeats_hundreds
+    large_train_size = train_size - len(small_train)
+    if large_train_size < 0:
+        raise ValueError(f"train_size {train_size} is below the {len(small_train):,} pairs of numbers below 1,000.")
+    if large_train_size + validation_size + test_size > 0.9 * (10**max_digits - 1000):
+        raise ValueError(f"Asked for more numbers of 1,000 and more than {max_digits} digits hold without repeats.")
+    large_test = sorted(sample_numbers(test_size, rng, 4, max_digits, exclude=set()))
+    validation = sample_numbers(validation_size, rng, 4, max_digits, exclude=set(large_test))
+    train = small_train + sample_numbers(
+        large_train_size, rng, 4, max_digits, exclude=set(large_test + validation), zero_probability=zero_probability
+    )
+    rng.shuffle(train)
+
+    words = {}  # the numbers below 1,000 repeat in training
+
+    def split(numbers: list[int]) -> datasets.Dataset:
+        for n in set(numbers) - words.keys():
+            words[n] = {"en": num2words(n, lang="en"), target_lang: num2words(n, lang=target_lang)}
+        pairs = [words[n] for n in numbers]
+        return datasets.Dataset.from_dict(
+            {"translation": pairs, "number": numbers, "magnitude": [magnitude(n) for n in numbers]}
+        )
+
+    return datasets.DatasetDict(
+        train=split(train), validation=split(validation), test=split(held_out + large_test), seen=split(seen)
+    )
+
+
+def describe_training(train: datasets.Dataset) -> str:
+    """What a `train` split of `number_words_corpus` holds, in a sentence (the model card's training data)."""
+    counts = Counter(train["number"])
+    hundreds = [number for number in counts if 100 <= number < 1000]
+    large = [str(number) for number in counts if number >= 1000]
+    later_digits = "".join(number[1:] for number in large)
+    return (
+        f"{len(train):,} pairs of number words written by `num2words`: every number below 100, {counts[0]} times each, "
+        f"{len(hundreds)} of the 900 numbers 100-999, {counts[min(hundreds)] if hundreds else 0} times each, and "
+        f"{len(large):,} numbers from 1,000 to {10 ** max(map(len, large)) - 1:,}, once each, "
+        f"{later_digits.count('0') / len(later_digits):.0%} of their digits after the first being 0. The other numbers "
+        "100-999 and the test numbers of 1,000 and more are held out."
+    )

@@ -1,12 +1,19 @@
 """`pipeline("translation")` and `pipeline("text2text-generation")` for sequence-to-sequence models.
 
 transformers 5 removed these two tasks (and `translation_xx_to_yy`). This file brings them back for translation
-models: importing `vanilla_transformer` registers them, and a saved model folder lists them in its config's
-`custom_pipelines`, so `pipeline("translation", model=DIR, trust_remote_code=True)` also works where the package is
-not installed. It imports only transformers, as remote code must.
+models: importing `vanilla_transformer` registers them, `translation_xx_to_yy` for every pair as in transformers 4,
+and a saved model folder lists them (with its own pair) in its config's `custom_pipelines`, so
+`pipeline("translation", model=DIR, trust_remote_code=True)` also works where the package is not installed. It imports
+only transformers, as remote code must.
 """
 
+import re
+
 from transformers import Pipeline
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
 
 
 class Text2TextGenerationPipeline(Pipeline):
@@ -69,9 +76,20 @@ class Text2TextGenerationPipeline(Pipeline):
 
 class TranslationPipeline(Text2TextGenerationPipeline):
     """`pipeline("translation", model=DIR)` and `pipeline("translation_en_to_de", model=DIR)`: text in,
-    `[{"translation_text": ...}]` out."""
+    `[{"translation_text": ...}]` out. The model translates in the direction it was trained for; a task naming another
+    pair than its config's `source_lang` / `target_lang` gets a warning."""
 
     return_name = "translation"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        asked = language_pair(self.task)
+        trained = (getattr(self.model.config, "source_lang", None), getattr(self.model.config, "target_lang", None))
+        if asked and all(trained) and asked != trained:
+            logger.warning(
+                f"Task {self.task} asks for {asked[0]} -> {asked[1]}, but the model translates {trained[0]} -> "
+                f"{trained[1]}: it will translate as it was trained."
+            )
 
 
 # The tasks, as `PIPELINE_REGISTRY` and config.json's `custom_pipelines` name them.
@@ -83,15 +101,37 @@ def language_pair_task(source_lang: str | None, target_lang: str | None) -> str 
     return f"translation_{source_lang}_to_{target_lang}" if source_lang and target_lang else None
 
 
+def language_pair(task: str | None) -> tuple[str, str] | None:
+    """("en", "de") for the task `translation_en_to_de`; None for any other task."""
+    match = re.fullmatch(r"translation_(.+?)_to_(.+)", task or "")
+    return match.groups() if match else None
+
+
+class LanguagePairAliases(dict):
+    """transformers' task aliases, and every `translation_xx_to_yy` an alias of `translation`, so that
+    `PIPELINE_REGISTRY.check_task` takes any language pair, as transformers 4's did (its 5.x registry knows fixed
+    names only). `pipeline()` still hands the pipeline the task as asked."""
+
+    def __contains__(self, task):
+        return super().__contains__(task) or language_pair(task) is not None
+
+    def __getitem__(self, task):
+        if not super().__contains__(task) and language_pair(task) is not None:
+            return "translation"
+        return super().__getitem__(task)
+
+
 def register_pipelines():
-    """Make `pipeline("translation" | "text2text-generation")` available again in this process (done by
-    `import vanilla_transformer`). `translation_xx_to_yy` is registered by each model config that names its pair."""
+    """Make `pipeline("translation" | "translation_xx_to_yy" | "text2text-generation")` available again in this
+    process (done by `import vanilla_transformer`)."""
     from transformers import AutoModelForSeq2SeqLM
     from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
     for task, pipeline_class in PIPELINE_TASKS.items():
         REMOVED_TASKS.pop(task, None)
         PIPELINE_REGISTRY.supported_tasks[task] = {"impl": pipeline_class, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}
+    if not isinstance(PIPELINE_REGISTRY.task_aliases, LanguagePairAliases):
+        PIPELINE_REGISTRY.task_aliases = LanguagePairAliases(PIPELINE_REGISTRY.task_aliases)
 
 
 def registered() -> bool:

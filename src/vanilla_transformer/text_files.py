@@ -1,12 +1,18 @@
 """Reading text files one sentence a line, as corpora, inputs and references come: UTF-8, plain or gzip, or standard
-input. The one reader of the package (data loading, tokenizer training, the translate and evaluate commands).
+input. The one reader of the package (data loading, tokenizer training, the translate and evaluate commands), and the
+one writer of the commands' outputs (`output_file`).
 """
 
 import codecs
+import contextlib
 import gzip
 import os
+import secrets
+import shutil
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
 
 PathLike = str | os.PathLike
 
@@ -50,4 +56,26 @@ def _decode_lines(file, name: str) -> Iterator[str]:
         yield line.rstrip("\r\n")
 
 
-__all__ = ["InvalidUTF8Error", "iter_lines", "read_lines"]
+@contextlib.contextmanager
+def output_file(path: PathLike | None = None) -> Iterator[TextIO]:
+    """A UTF-8 text file to write to ("\\n" line endings): standard output when `path` is None or "-"; otherwise a new
+    file next to `path`, renamed to `path` when the block ends and deleted when it raises (`KeyboardInterrupt`
+    included), so an interrupted command leaves the old `path`, or none, never half of the new one. A replaced file
+    keeps its permissions."""
+    if path is None or str(path) == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # same folder: the rename is atomic
+    try:
+        with open(temporary, "x", encoding="utf-8", newline="\n") as file:
+            yield file
+        if path.exists():
+            shutil.copymode(path, temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+__all__ = ["InvalidUTF8Error", "iter_lines", "output_file", "read_lines"]

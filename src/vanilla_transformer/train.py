@@ -8,6 +8,8 @@ With no data arguments it trains on the English -> French number-words corpus th
 import json
 import logging
 import os
+import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +25,14 @@ from transformers import (
     set_seed,
 )
 
+from .user_errors import UserError, check_model, describe, user_errors
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .data import filter_long_pairs, load_parallel_corpus
 from .extras import require
 from .hub import write_model_card
 from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .number_words import number_words_corpus
+from .number_words import describe_training, number_words_corpus
 from .tokenization import train_tokenizer
 from .training import (
     PAPER_RECIPE,
@@ -116,6 +119,11 @@ class RecipeArguments:
         default=None, metadata={"help": "Stop training (with a checkpoint) at the first step that ends after this "
                                        "many minutes, even if --max_steps is not reached."}
     )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace the run --output_dir holds (its checkpoints, weights, Trainer "
+                                         "state, results and logs are deleted first); without it, or "
+                                         "--resume_from_checkpoint, a folder holding a run is refused."}
+    )
 
 
 # The paper's recipe (sections 5.3-5.4) as defaults for the Trainer's own flags; --learning_rate 0 means
@@ -145,9 +153,10 @@ DEMO_DEFAULTS = dict(
     max_tokens=2048,
     warmup_steps=300,
     lr_scale=0.5,
-    max_steps=800,
+    max_steps=1200,
     save_steps=400,
     logging_steps=100,
+    per_device_eval_batch_size=64,
     output_dir=DEMO_OUTPUT_DIR,
 )
 DATA_FLAGS = ("--source_file", "--train_file", "--dataset_name")
@@ -160,6 +169,7 @@ def parse_arguments(argv: list[str] | None = None):
     parser = HfArgumentParser(
         (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments),
         prog="vanilla-transformer train",
+        usage="%(prog)s [--help] [options]",  # not the hundreds of flags --help lists
         description=__doc__.split("\n\n")[0],
     )
     parser.set_defaults(**PAPER_DEFAULTS)
@@ -169,11 +179,78 @@ def parse_arguments(argv: list[str] | None = None):
     if is_demo:
         parser.set_defaults(**DEMO_DEFAULTS)
     elif "--output_dir" not in flags:
-        parser.error("--output_dir is required when training on your own data.")
+        parser.error("--output-dir is required when training on your own data.")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
-    model_args, data_args, recipe_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    try:
+        model_args, data_args, recipe_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as error:  # the Trainer's arguments check their values and combinations
+        parser.error(describe(error))
     return model_args, data_args, recipe_args, training_args, is_demo
+
+
+# What shows that a folder holds a run (and what --overwrite-output-dir deletes): checkpoints, the trained weights,
+# the Trainer's state and arguments, the results and the TensorBoard logs.
+CHECKPOINT = re.compile(r"checkpoint-\d+")
+RUN_MARKERS = ("model.safetensors", "model.safetensors.index.json", "trainer_state.json")
+RUN_FILES = (*RUN_MARKERS, "model-*-of-*.safetensors", "training_args.bin", "*_results.json", "runs")
+
+
+def check_output_dir(recipe_args: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """A `UserError` unless `--output-dir` is a new or empty folder, one without a run, a run given
+    `--overwrite-output-dir`, or one resumed from an existing checkpoint with `--resume-from-checkpoint`."""
+    output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UserError(f"--output-dir {output_dir} is a file, not a folder")
+    if checkpoint is not None:
+        if recipe_args.overwrite_output_dir:
+            raise UserError("--overwrite-output-dir would delete the run --resume-from-checkpoint continues; give one")
+        if not Path(checkpoint).is_dir():
+            raise UserError(f"--resume-from-checkpoint {checkpoint}: no such folder")
+        if not (Path(checkpoint) / "trainer_state.json").is_file():
+            raise UserError(f"--resume-from-checkpoint {checkpoint} has no trainer_state.json: it is not a checkpoint")
+        return
+    run = sorted(
+        path.name for path in output_dir.glob("*") if CHECKPOINT.fullmatch(path.name) or path.name in RUN_MARKERS
+    )
+    if run and not recipe_args.overwrite_output_dir:
+        raise UserError(
+            f"--output-dir {output_dir} holds a run ({', '.join(run[:3])}{', ...' if len(run) > 3 else ''}); pass "
+            "--overwrite-output-dir to replace it, --resume-from-checkpoint to continue it, or choose another folder"
+        )
+
+
+def remove_run(output_dir: str | os.PathLike) -> None:
+    """Delete the run in `output_dir` (what `RUN_FILES` and `CHECKPOINT` match), so that a new run never mixes its
+    checkpoints, state or logs with the old one's. Other files (a model card, notes) stay."""
+    for path in Path(output_dir).glob("*"):
+        if not (CHECKPOINT.fullmatch(path.name) or any(path.match(pattern) for pattern in RUN_FILES)):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def check_arguments(model_args, data_args, recipe_args, training_args, splits) -> None:
+    """`UserError`s for values and combinations that would otherwise fail after files are written, or mid-run."""
+    for name in ("vocab_size", "max_source_length", "max_target_length", "max_eval_samples"):
+        value = getattr(model_args if name == "vocab_size" else data_args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    if data_args.max_tokens is not None and data_args.max_tokens < 0:
+        raise UserError(f"--max-tokens must be positive (or 0: batches of sentences), got {data_args.max_tokens}")
+    if not 0 <= data_args.bpe_dropout < 1:
+        raise UserError(f"--bpe-dropout must be in [0, 1), got {data_args.bpe_dropout}")
+    if data_args.bpe_dropout and not data_args.max_tokens:
+        raise UserError("--bpe-dropout needs token batches (--max-tokens > 0): lengths change every epoch")
+    if recipe_args.lr_scale <= 0:
+        raise UserError(f"--lr-scale must be positive, got {recipe_args.lr_scale}")
+    if training_args.eval_strategy != "no" and "validation" not in splits:
+        raise UserError(
+            f"--eval-strategy {training_args.eval_strategy.value} needs validation data: --validation-source-file and "
+            "--validation-target-file, or --validation-file"
+        )
 
 
 def load_data(data_args: DataArguments, is_demo: bool, seed: int):
@@ -211,6 +288,8 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
     if source:
         return AutoTokenizer.from_pretrained(source)
     tokenizer_dir = Path(training_args.output_dir) / "tokenizer"
+    if training_args.resume_from_checkpoint and tokenizer_dir.is_dir():
+        return AutoTokenizer.from_pretrained(tokenizer_dir)  # the run's own, which its checkpoints were trained with
     # One process trains the shared vocabulary on both sides of the training data; the others load it.
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index == 0:
@@ -225,6 +304,13 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         return AutoModelForSeq2SeqLM.from_pretrained(
             model_args.model_name_or_path, attn_implementation=model_args.attn_implementation
         )
+    # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
+    return VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
+
+
+def new_model_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None) -> VanillaTransformerConfig:
+    """The preset with the size flags, for `tokenizer`'s vocabulary and special tokens; with no tokenizer yet, for
+    `--vocab-size` tokens (enough to check the flags)."""
     sizes = {
         name: value
         for name, value in dict(
@@ -241,20 +327,30 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         sizes.update(encoder_attention_heads=model_args.heads, decoder_attention_heads=model_args.heads)
     if model_args.ffn_dim is not None:
         sizes.update(encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim)
-    config = VanillaTransformerConfig.from_preset(
+    vocabulary = dict(vocab_size=model_args.vocab_size)  # the config's default ids are the package tokenizer's
+    if tokenizer is not None:
+        vocabulary = dict(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+        )
+    return VanillaTransformerConfig.from_preset(
         model_args.preset,
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
+        **vocabulary,
         source_lang=data_args.source_lang,
         target_lang=data_args.target_lang,
         attn_implementation=model_args.attn_implementation,  # None: transformers' choice
         **sizes,
     )
-    # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
-    return VanillaTransformerForConditionalGeneration(config)
+
+
+def check_new_model(model_args: ModelArguments, data_args: DataArguments) -> None:
+    """A `UserError` for a preset, size or attention kernel the model refuses: the model is built on the meta device
+    (no memory, no weights), so that its own checks run before anything is written."""
+    with user_errors(ValueError, ImportError), torch.device("meta"):
+        VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args))
 
 
 def main(argv: list[str] | None = None):
@@ -262,12 +358,29 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     set_seed(training_args.seed)
 
-    splits = load_data(data_args, is_demo, training_args.seed)
+    # Every flag, folder and data file is checked before anything is written.
+    check_output_dir(recipe_args, training_args)
+    if model_args.model_name_or_path:
+        check_model(model_args.model_name_or_path)
+    else:
+        check_new_model(model_args, data_args)
+    if model_args.tokenizer_name:
+        check_model(model_args.tokenizer_name, config=False, weights=False)
+    with user_errors(ValueError, OSError, EOFError):  # the data loaders name the file and line of a bad one
+        splits = load_data(data_args, is_demo, training_args.seed)
+    check_arguments(model_args, data_args, recipe_args, training_args, splits)
+    with user_errors(ValueError):
+        callbacks = [TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else None
     # Checked now rather than at the first log, or at the model card written after training.
     if "tensorboard" in training_args.report_to:
         require("tensorboard", extra="train")
     if "test" in splits and training_args.predict_with_generate:
         require("jinja2", extra="train")
+    if recipe_args.overwrite_output_dir:
+        with training_args.main_process_first(desc="removing the old run"):
+            if training_args.process_index == 0:
+                remove_run(training_args.output_dir)
+
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer)
     if training_args.device.type == "cpu":  # section 5.4's dropout drawn more cheaply on a CPU (dropout.py)
@@ -289,8 +402,6 @@ def main(argv: list[str] | None = None):
     tokenized["train"] = filter_long_pairs(tokenized["train"], data_args.max_source_length, data_args.max_target_length)
     train_dataset = tokenized["train"]
     if data_args.bpe_dropout:
-        if not data_args.max_tokens:
-            raise ValueError("--bpe_dropout needs token batches (--max_tokens > 0): lengths change every epoch.")
         train_dataset = BPEDropoutDataset.from_translations(
             train_dataset, data_args.source_lang, data_args.target_lang, tokenizer, data_args.bpe_dropout,
             seed=training_args.seed, target_side=data_args.bpe_dropout_target,
@@ -299,18 +410,19 @@ def main(argv: list[str] | None = None):
     eval_dataset = tokenized.get("validation")
     if eval_dataset is not None and data_args.max_eval_samples:
         eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
-    trainer = TokenBatchSeq2SeqTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        processing_class=tokenizer,
-        # Validation BLEU needs generate(); without --predict_with_generate validation reports its loss only.
-        compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
-        max_tokens=data_args.max_tokens or None,
-        callbacks=[TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else None,
-    )
+    with user_errors(ValueError):  # the Trainer's checks of its arguments together
+        trainer = TokenBatchSeq2SeqTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+            processing_class=tokenizer,
+            # Validation BLEU needs generate(); without --predict_with_generate validation reports its loss only.
+            compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
+            max_tokens=data_args.max_tokens or None,
+            callbacks=callbacks,
+        )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()  # model, tokenizer and generation config in output_dir
     trainer.log_metrics("train", result.metrics)
@@ -318,7 +430,7 @@ def main(argv: list[str] | None = None):
     trainer.save_state()
 
     if "test" in tokenized and training_args.predict_with_generate:
-        report_test_results(trainer, splits["test"], tokenized["test"], data_args, tokenizer)
+        report_test_results(trainer, splits, tokenized, data_args, tokenizer)
     elif eval_dataset is not None:
         metrics = trainer.evaluate(metric_key_prefix="eval")
         trainer.log_metrics("eval", metrics)
@@ -326,67 +438,146 @@ def main(argv: list[str] | None = None):
     return trainer
 
 
-def report_test_results(trainer, pairs, tokenized, data_args, tokenizer):
-    """Translate the held-out split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
-    signature) and chrF on the detokenized text."""
-    output = trainer.predict(tokenized, metric_key_prefix="test")
-    predictions = np.where(output.predictions < 0, tokenizer.pad_token_id, output.predictions)
-    hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-    references = [pair[data_args.target_lang] for pair in pairs["translation"]]
-    scores = score_translations(hypotheses, references)
-    metrics = dict(output.metrics)
-    metrics["test_exact_match"] = 100.0 * float(np.mean([h == r for h, r in zip(hypotheses, references)]))
-    metrics["test_bleu_signature"] = scores["bleu_signature"]
-    metrics["test_chrf_signature"] = scores["chrf_signature"]
+def report_test_results(trainer, splits, tokenized, data_args, tokenizer):
+    """Translate the `test` split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
+    signature) and chrF on the detokenized text. The demo's splits are also scored per magnitude (their `magnitude`
+    column), and its `seen` split, the numbers below 1,000 that are in training, is translated and scored apart
+    (`seen_` keys)."""
+    metrics, hypotheses = {}, {}
+    for name in ("test", "seen"):
+        if name in splits:
+            metrics_of_split, hypotheses[name] = translate_and_score(trainer, splits[name], tokenized[name], data_args,
+                                                                     tokenizer, prefix=name)
+            metrics.update(metrics_of_split)
     if trainer.is_world_process_zero():
-        print(f"\nSample translations ({data_args.source_lang} -> {data_args.target_lang}) of held-out data:")
-        for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:8]:
-            mark = "ok " if hypothesis == pair[data_args.target_lang] else "ERR"
-            print(f"  {mark} {pair[data_args.source_lang]}\n      -> {hypothesis}\n  (ref) {pair[data_args.target_lang]}")
-        print(f"\nHeld-out ({len(references)} pairs, beam {trainer.args.generation_num_beams}): "
-              f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
-              f"chrF {metrics['test_chrf']:.2f}\nsacreBLEU signature: {scores['bleu_signature']}")
-        print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
+        print_test_results(trainer, splits, hypotheses, metrics, data_args)
     trainer.log_metrics("test", metrics)
     trainer.save_metrics("test", metrics)
     if trainer.is_world_process_zero():
         # The output folder's model card, from the saved model and these results, which card_results.json keeps for
         # `vanilla-transformer model-card` and `push`.
-        results = card_results(metrics, pairs, hypotheses, data_args)
+        results = card_results(metrics, splits, hypotheses, data_args)
         output_dir = Path(trainer.args.output_dir)
         (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
         write_model_card(output_dir, output_dir / "README.md", results)
     return metrics
 
 
-def card_results(metrics, pairs, hypotheses, data_args) -> dict:
+def translate_and_score(trainer, pairs, tokenized, data_args, tokenizer, prefix):
+    """The beam-search translations of one split and its `{prefix}_` metrics: the Trainer's (loss, BLEU, chrF),
+    exact match, exact match per magnitude where the pairs have a `magnitude` column, the sacreBLEU signatures."""
+    output = trainer.predict(tokenized, metric_key_prefix=prefix)
+    predictions = np.where(output.predictions < 0, tokenizer.pad_token_id, output.predictions)
+    hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+    references = [pair[data_args.target_lang] for pair in pairs["translation"]]
+    scores = score_translations(hypotheses, references)
+    metrics = dict(output.metrics)
+    metrics[f"{prefix}_exact_match"] = 100.0 * float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+    for magnitude, (_, exact_match) in exact_match_by_magnitude(pairs, hypotheses, data_args.target_lang).items():
+        metrics[f"{prefix}_exact_match_{magnitude.replace(',', '')}"] = exact_match
+    metrics[f"{prefix}_bleu_signature"] = scores["bleu_signature"]
+    metrics[f"{prefix}_chrf_signature"] = scores["chrf_signature"]
+    return metrics, hypotheses
+
+
+def exact_match_by_magnitude(pairs, hypotheses, target_lang) -> dict[str, tuple[int, float]]:
+    """`{magnitude: (number of pairs, exact match in %)}` in the pairs' order; empty without a `magnitude` column."""
+    if "magnitude" not in pairs.column_names:
+        return {}
+    right: dict[str, list[bool]] = {}
+    for magnitude, pair, hypothesis in zip(pairs["magnitude"], pairs["translation"], hypotheses):
+        right.setdefault(magnitude, []).append(hypothesis == pair[target_lang])
+    return {magnitude: (len(marks), 100.0 * sum(marks) / len(marks)) for magnitude, marks in right.items()}
+
+
+def sample_indices(pairs, count: int) -> list[int]:
+    """The first pair of each magnitude where the pairs have one, else the first `count` pairs."""
+    if "magnitude" not in pairs.column_names:
+        return list(range(min(count, len(pairs))))
+    first: dict[str, int] = {}
+    for index, magnitude in enumerate(pairs["magnitude"]):
+        first.setdefault(magnitude, index)
+    return list(first.values())
+
+
+def print_test_results(trainer, splits, hypotheses, metrics, data_args):
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+
+    def print_pair(pair, hypothesis):
+        mark = "ok " if hypothesis == pair[target_lang] else "ERR"
+        print(f"  {mark} {pair[source_lang]}\n      -> {hypothesis}\n  (ref) {pair[target_lang]}")
+
+    test = splits["test"]
+    print(f"\nSample translations ({source_lang} -> {target_lang}) of held-out data:")
+    for index in sample_indices(test, 8):
+        print_pair(test[index]["translation"], hypotheses["test"][index])
+    print(f"\nHeld-out ({len(test)} pairs, beam {trainer.args.generation_num_beams}): "
+          f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
+          f"chrF {metrics['test_chrf']:.2f}")
+    for magnitude, (count, exact_match) in exact_match_by_magnitude(test, hypotheses["test"], target_lang).items():
+        print(f"  {magnitude:>15}: {count:5,} pairs, exact match {exact_match:5.1f}%")
+    if "seen" in hypotheses:
+        seen = splits["seen"]
+        print(f"Seen in training (the {len(seen)} numbers below 1,000 of the training set): "
+              f"exact match {metrics['seen_exact_match']:.1f}%")
+        for magnitude, (count, exact_match) in exact_match_by_magnitude(seen, hypotheses["seen"], target_lang).items():
+            print(f"  {magnitude:>15}: {count:5,} pairs, exact match {exact_match:5.1f}%")
+        wrong = [(pair, hypothesis) for name in hypotheses
+                 for pair, hypothesis in zip(splits[name]["translation"], hypotheses[name])
+                 if hypothesis != pair[target_lang]]
+        if wrong:
+            print(f"Wrong translations ({len(wrong)}{', the first 20' if len(wrong) > 20 else ''}):")
+            for pair, hypothesis in wrong[:20]:
+                print_pair(pair, hypothesis)
+    print(f"sacreBLEU signature: {metrics['test_bleu_signature']}")
+    print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
+
+
+def card_results(metrics, splits, hypotheses, data_args) -> dict:
     """The test results as `hub.model_card` takes them: scores with their signatures, the data, samples and the
-    recipe facts the training arguments do not hold."""
+    recipe facts the training arguments do not hold. The demo's card also reports the numbers below 1,000 seen in
+    training, and card_results.json keeps exact match per magnitude."""
     if data_args.dataset_name:
         data = dict(dataset=data_args.dataset_name, dataset_id=data_args.dataset_name)
     elif data_args.test_source_file or data_args.test_file:
         data = dict(dataset=Path(data_args.test_source_file or data_args.test_file).name)
     else:  # the demo, where a translation is right or wrong
-        data = dict(dataset="number words (num2words, held-out numbers)", exact_match=metrics["test_exact_match"])
-    return dict(
+        data = dict(dataset="number words (num2words), held-out numbers", exact_match=metrics["test_exact_match"])
+    evaluations = [("test", "test", data)]
+    if "seen" in hypotheses:
+        seen = dict(dataset="number words (num2words) below 1,000, seen in training",
+                    exact_match=metrics["seen_exact_match"])
+        evaluations.append(("seen", "train", seen))
+    test = splits["test"]
+    results = dict(
         results=[
             dict(
                 **data,
-                split="test",
-                bleu=metrics["test_bleu"],
-                chrf=metrics["test_chrf"],
-                bleu_signature=metrics["test_bleu_signature"],
-                chrf_signature=metrics["test_chrf_signature"],
-                num_sentences=len(hypotheses),
+                split=split,
+                bleu=metrics[f"{prefix}_bleu"],
+                chrf=metrics[f"{prefix}_chrf"],
+                bleu_signature=metrics[f"{prefix}_bleu_signature"],
+                chrf_signature=metrics[f"{prefix}_chrf_signature"],
+                num_sentences=len(hypotheses[prefix]),
             )
+            for prefix, split, data in evaluations
         ],
         samples=[
-            dict(source=pair[data_args.source_lang], reference=pair[data_args.target_lang], hypothesis=hypothesis)
-            for pair, hypothesis in list(zip(pairs["translation"], hypotheses))[:5]
+            dict(source=test[index]["translation"][data_args.source_lang],
+                 reference=test[index]["translation"][data_args.target_lang], hypothesis=hypotheses["test"][index])
+            for index in sample_indices(test, 5)
         ],
         training=dict(max_tokens=data_args.max_tokens, bpe_dropout=data_args.bpe_dropout,
                       bpe_dropout_target=data_args.bpe_dropout_target),
     )
+    if "magnitude" in test.column_names:  # the demo
+        results["training_data"] = describe_training(splits["train"])
+        results["exact_match_by_magnitude"] = {
+            prefix: {magnitude: dict(pairs=count, exact_match=exact_match) for magnitude, (count, exact_match)
+                     in exact_match_by_magnitude(splits[prefix], hypotheses[prefix], data_args.target_lang).items()}
+            for prefix in hypotheses
+        }
+    return results
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@
 - `TokenBatchSeq2SeqTrainer`: a `Seq2SeqTrainer` whose training batches hold ~`max_tokens` tokens of similar
   length (section 5.1) instead of a fixed number of sentences.
 - `BPEDropoutDataset`: training pairs segmented anew every epoch with BPE-dropout (not in the paper).
+- `TokenIdCheckingCollator`: a data collator that checks token ids against the vocabulary on the CPU, so that the
+  model need not read them back from the device on a training step.
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
 import logging
 import time
+from functools import partial
 from types import MethodType
 
 import numpy as np
@@ -20,6 +23,7 @@ from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .extras import require
+from .input_checks import check_feature_token_ids
 from .metrics import score_translations
 from .tokenization import BPEDropout
 
@@ -36,7 +40,9 @@ def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> 
 
 
 # Sections 5.3-5.4 as `Seq2SeqTrainingArguments` fields. Residual dropout (P_drop = 0.1) lives in the model config.
-# The paper clips no gradients (`max_grad_norm=0`) and Adam has no weight decay.
+# The paper clips no gradients (`max_grad_norm=0`) and Adam has no weight decay. Not the paper's: the logged loss keeps
+# a NaN or infinite step's loss instead of replacing it (`logging_nan_inf_filter`), since testing each step's loss
+# makes every step wait for the device.
 PAPER_RECIPE = dict(
     lr_scheduler_type="inverse_sqrt",
     warmup_steps=4000,
@@ -48,6 +54,7 @@ PAPER_RECIPE = dict(
     max_grad_norm=0.0,
     label_smoothing_factor=0.1,
     predict_with_generate=True,
+    logging_nan_inf_filter=False,
 )
 
 
@@ -141,20 +148,42 @@ def label_smoothed_cross_entropy(epsilon: float):
     return compute_loss
 
 
+class TokenIdCheckingCollator:
+    """A data collator that first checks the examples' token ids against the model's vocabulary
+    (`input_checks.check_feature_token_ids`: a clear `ValueError` naming the bad id), then calls `collator`. It runs
+    where the batch is built, on the CPU, before anything reaches the device: the model checks ids only in inference,
+    since reading them back from the device on every training step would make the step wait for it."""
+
+    def __init__(self, collator, vocab_size: int):
+        self.collator = collator
+        self.vocab_size = vocab_size
+
+    def __call__(self, features):
+        check_feature_token_ids(features, self.vocab_size)
+        return self.collator(features)
+
+
 class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the batching of section 5.1: each training batch holds about `max_tokens` source and
     target tokens (padding included) of pairs of similar length, reshuffled every epoch. Under several processes
     every process builds the same batch list and accelerate deals the batches out, so each process trains on a
-    disjoint share and every pair is seen once per epoch. With `max_tokens=None` it batches like `Seq2SeqTrainer`."""
+    disjoint share and every pair is seen once per epoch. With `max_tokens=None` it batches like `Seq2SeqTrainer`.
+    Training batches are collated through `TokenIdCheckingCollator`, in `dataloader_num_workers` worker processes
+    when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
+    check them."""
 
     def __init__(self, *args, max_tokens: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self._flops_per_input_token = None
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
             # The same loss as the Trainer's LabelSmoother, fused (see `label_smoothed_cross_entropy`).
             self.compute_loss_func = label_smoothed_cross_entropy(self.args.label_smoothing_factor)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # The loss takes the labels out of the inputs, and a decoder given no labels builds a key/value cache for
+        # decoding, which the loss never reads.
+        inputs = {**inputs, "use_cache": False}
         # Under --bf16 accelerate wraps the model's forward in autocast and then copies its outputs to float32. The
         # loss here reads the bfloat16 logits as they are (`ChunkedLabelSmoothedCrossEntropy`), so the copy of the
         # (tokens x vocabulary) logits and its backward were pure cost (docs/speed.md). The
@@ -171,6 +200,14 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         finally:
             module.forward = forward
 
+    def floating_point_ops(self, inputs) -> int:
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs:
+            return 0
+        if self._flops_per_input_token is None:  # the Trainer's count walks every module: once, not every step
+            self._flops_per_input_token = super().floating_point_ops({main_input: torch.empty(1)})
+        return inputs[main_input].numel() * self._flops_per_input_token
+
     def _get_grad_norm(self, model, grad_norm=None):
         # Without clipping (section 5.3 has none: max_grad_norm 0) the Trainer computes the gradient norm after every
         # step only to log it; compute it for the steps that log (the same logged values, less work per step).
@@ -182,8 +219,13 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         return super()._get_grad_norm(model, grad_norm)
 
     def get_train_dataloader(self) -> DataLoader:
-        if self.max_tokens is None:
-            return super().get_train_dataloader()
+        collator = TokenIdCheckingCollator(self.data_collator, self.model.get_input_embeddings().num_embeddings)
+        if self.max_tokens is None:  # the Trainer's own loader, built with the checking collator
+            unchecked, self.data_collator = self.data_collator, collator
+            try:
+                return super().get_train_dataloader()
+            finally:
+                self.data_collator = unchecked
         dataset = self.train_dataset
         if not isinstance(dataset, BPEDropoutDataset):
             dataset = self._remove_unused_columns(dataset, description="Training")
@@ -194,13 +236,22 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
             sampler = ResegmentedTokenBatchSampler(dataset, self.max_tokens, **batching)
         else:
             sampler = TokenBatchSampler.from_dataset(dataset, self.max_tokens, **batching)
+        workers = self.args.dataloader_num_workers
+        options = {}
+        if workers > 0:
+            # A `BPEDropoutDataset` segments each epoch in the dataset object: workers that outlived an epoch would
+            # keep serving the segmentation of the epoch they were started in.
+            persistent = self.args.dataloader_persistent_workers and not isinstance(dataset, BPEDropoutDataset)
+            options = dict(prefetch_factor=self.args.dataloader_prefetch_factor, persistent_workers=persistent,
+                           multiprocessing_context=self.args.dataloader_multiprocessing_context)
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
+            collate_fn=collator,
+            num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory and self.args.device.type != "cpu",
-            worker_init_fn=seed_worker,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
+            **options,
         )
         return self.accelerator.prepare(loader)
 
@@ -327,6 +378,7 @@ __all__ = [
     "BPEDropoutDataset",
     "PAPER_RECIPE",
     "TokenBatchSeq2SeqTrainer",
+    "TokenIdCheckingCollator",
     "TrainingTimeBudget",
     "label_smoothed_cross_entropy",
     "paper_learning_rate",

@@ -1,11 +1,13 @@
 """Translate lines of text with a model in memory: `translate_lines` batches sentences of similar length for
-`generate()` and gives the translations back in input order. `tokenize_lines` is the first step of every backend
-(`backends.py` runs model folders with PyTorch or CTranslate2 for `vanilla-transformer translate` and `evaluate`).
+`generate()` and gives the translations back in input order; `translate_in_chunks` does the same for a stream of any
+length, a chunk at a time. `tokenize_lines` is the first step of every backend (`backends.py` runs model folders with
+PyTorch or CTranslate2 for `vanilla-transformer translate` and `evaluate`).
 """
 
+import itertools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -27,6 +29,7 @@ def translate_lines(
     num_beams: int | None = None,
     warn_length: int | None = None,
     show_progress: bool | None = None,
+    first_line: int = 1,
     **generate_kwargs,
 ) -> list[str]:
     """
@@ -36,7 +39,8 @@ def translate_lines(
     end), and cut into batches of at most `batch_size` sentences and, with `max_tokens`, at most that many source
     tokens, padding included. Empty and whitespace-only lines give "" without reaching the model. A line longer than
     `warn_length` tokens (default: `tokenizer.model_max_length`) is logged with its line number and still translated
-    whole: sinusoidal positions have no length limit, and truncating would silently lose text.
+    whole: sinusoidal positions have no length limit, and truncating would silently lose text. `first_line` is the
+    number the report gives `lines[0]` (`translate_in_chunks` passes each chunk's place in the file).
 
     `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, ...) go to `generate()`; left out, the
     model's generation config decides. The model runs in eval mode under `torch.inference_mode()`, on its own device.
@@ -44,7 +48,7 @@ def translate_lines(
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length)
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     if not to_translate:
         return translations
     lengths = [len(ids) for ids in input_ids]
@@ -67,18 +71,41 @@ def translate_lines(
     return translations
 
 
-def tokenize_lines(tokenizer: PreTrainedTokenizerBase, lines: Sequence[str], warn_length: int | None = None):
+def tokenize_lines(
+    tokenizer: PreTrainedTokenizerBase, lines: Sequence[str], warn_length: int | None = None, first_line: int = 1
+):
     """What every backend does first: `translations` ("" for each line), the indices of the non-empty lines
-    (`to_translate`) and their token ids, with a warning for lines longer than `warn_length` (default:
-    `tokenizer.model_max_length`)."""
+    (`to_translate`) and their token ids, with a warning naming the lines (`lines[0]` is line `first_line`) longer
+    than `warn_length` (default: `tokenizer.model_max_length`)."""
     texts = [line.strip() for line in lines]
     translations = [""] * len(texts)
     to_translate = [index for index, text in enumerate(texts) if text]
     input_ids = tokenizer([texts[index] for index in to_translate])["input_ids"] if to_translate else []
     _warn_long_lines(
-        [(to_translate[k] + 1, len(ids)) for k, ids in enumerate(input_ids)], warn_length or tokenizer.model_max_length
+        [(first_line + to_translate[k], len(ids)) for k, ids in enumerate(input_ids)],
+        warn_length or tokenizer.model_max_length,
     )
     return translations, to_translate, input_ids
+
+
+# Lines translated at a time from a stream: enough to sort into batches of similar length, few enough that memory
+# stays flat however long the input.
+CHUNK_LINES = 2048
+
+
+def translate_in_chunks(
+    translate: Callable[..., list[str]], lines: Iterable[str], chunk_lines: int = CHUNK_LINES, **options
+) -> Iterator[str]:
+    """The translations of `lines`, in order, from `translate(chunk, first_line=..., **options)` (`translate_lines`
+    with a model and tokenizer bound, or a function of `backends.BACKENDS`) called on `chunk_lines` lines at a time:
+    each chunk is sorted and batched by length on its own, and only one chunk and its translations are held."""
+    if chunk_lines < 1:
+        raise ValueError(f"chunk_lines must be positive, got {chunk_lines}")
+    lines = iter(lines)
+    first_line = 1
+    while chunk := list(itertools.islice(lines, chunk_lines)):
+        yield from translate(chunk, first_line=first_line, **options)
+        first_line += len(chunk)
 
 
 def _warn_long_lines(numbered_lengths: list[tuple[int, int]], limit: int) -> None:
@@ -93,4 +120,4 @@ def _warn_long_lines(numbered_lengths: list[tuple[int, int]], limit: int) -> Non
     )
 
 
-__all__ = ["tokenize_lines", "translate_lines"]
+__all__ = ["CHUNK_LINES", "tokenize_lines", "translate_in_chunks", "translate_lines"]

@@ -1,0 +1,88 @@
+"""The number-words demo (`vanilla-transformer train` with no data): a corpus whose held-out numbers cover every
+magnitude from 100 up, every number below 1,000 evaluated (those in training reported apart, as seen), and exact match
+per magnitude in the printed and saved results. The demo itself trains for minutes and is not run here."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from vanilla_transformer.number_words import describe_training, magnitude, number_words_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return number_words_corpus("fr", train_size=20000, validation_size=100, test_size=300, max_digits=6,
+                               repeats_below_100=50, repeats_hundreds=20, seed=0)
+
+
+def test_magnitude_is_the_range_of_numbers_with_as_many_digits():
+    assert [magnitude(n) for n in (0, 9, 10, 99, 100, 999, 1000, 42_007, 999_999)] == [
+        "0-9", "0-9", "10-99", "10-99", "100-999", "100-999", "1,000-9,999", "10,000-99,999", "100,000-999,999"]
+
+
+def test_held_out_numbers_cover_every_magnitude_from_100_and_are_never_in_training(corpus):
+    train, validation = set(corpus["train"]["number"]), set(corpus["validation"]["number"])
+    test = corpus["test"]["number"]
+    assert not train & set(test) and not validation & set(test) and not train & validation
+    assert test == sorted(set(test))
+    counts = Counter(corpus["test"]["magnitude"])
+    assert list(counts) == ["100-999", "1,000-9,999", "10,000-99,999", "100,000-999,999"]
+    assert counts["100-999"] == 450 and sum(counts.values()) == 450 + 300
+    # The test numbers are drawn before the training ones, the digit count uniformly: each magnitude has its share.
+    assert all(70 <= counts[m] <= 130 for m in ["1,000-9,999", "10,000-99,999", "100,000-999,999"]), counts
+    assert corpus["test"]["magnitude"] == [magnitude(n) for n in test]
+
+
+def test_every_number_below_1000_is_evaluated_held_out_or_seen_in_training(corpus):
+    train = Counter(corpus["train"]["number"])
+    seen = corpus["seen"]["number"]
+    held_out = [n for n in corpus["test"]["number"] if n < 1000]
+    assert set(seen) | set(held_out) == set(range(1000)) and not set(seen) & set(held_out)
+    assert set(range(100)) <= set(seen)
+    assert all(train[n] == (50 if n < 100 else 20) for n in seen)  # many copies, for token batches to spread them
+    assert len(corpus["train"]) == 20000 and sum(n >= 1000 for n in train) == 20000 - 50 * 100 - 20 * 450
+    assert corpus["seen"][9]["translation"] == {"en": "nine", "fr": "neuf"}
+    assert corpus["seen"][9]["magnitude"] == "0-9"
+    assert "every number below 100, 50 times each, 450 of the 900 numbers 100-999, 20 times each" in describe_training(
+        corpus["train"])
+
+
+def test_corpus_refuses_sizes_it_cannot_hold():
+    with pytest.raises(ValueError, match="below 1,000"):
+        number_words_corpus(train_size=10000, repeats_below_100=50, repeats_hundreds=20)  # 14,000 pairs below 1,000
+    with pytest.raises(ValueError, match="max_digits"):
+        number_words_corpus(max_digits=3)
+
+
+def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
+    from vanilla_transformer.train import main
+
+    out = tmp_path / "demo"
+    main([  # the demo's data and reporting, with a tiny model trained for 2 steps
+        "--output_dir", str(out), "--demo_train_size", "14100", "--demo_max_digits", "4", "--max_steps", "2",
+        "--warmup_steps", "1", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
+        "--vocab_size", "300", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+        "--generation_num_beams", "1", "--generation_max_length", "8",
+    ])
+    printed = capsys.readouterr().out
+    assert "Held-out (950 pairs, beam 1)" in printed
+    assert "Seen in training (the 550 numbers below 1,000 of the training set)" in printed
+    for line in ["0-9:    10 pairs", "10-99:    90 pairs", "100-999:   450 pairs", "1,000-9,999:   500 pairs"]:
+        assert line in printed
+
+    results = json.loads((out / "test_results.json").read_text())
+    for key in ["test_exact_match", "test_exact_match_100-999", "test_exact_match_1000-9999", "seen_exact_match",
+                "seen_exact_match_0-9", "seen_exact_match_10-99", "seen_exact_match_100-999", "seen_bleu"]:
+        assert 0 <= results[key] <= 100, key
+
+    card = json.loads((out / "card_results.json").read_text())
+    by_magnitude = card["exact_match_by_magnitude"]
+    assert {m: v["pairs"] for m, v in by_magnitude["test"].items()} == {"100-999": 450, "1,000-9,999": 500}
+    assert {m: v["pairs"] for m, v in by_magnitude["seen"].items()} == {"0-9": 10, "10-99": 90, "100-999": 450}
+    assert by_magnitude["seen"]["0-9"]["exact_match"] == results["seen_exact_match_0-9"]
+    assert [(r["split"], r["num_sentences"]) for r in card["results"]] == [("test", 950), ("train", 550)]
+    first, second = card["samples"]  # one of each held-out magnitude
+    assert "hundred" in first["source"] and "thousand" not in first["source"] and "thousand" in second["source"]
+    readme = (out / "README.md").read_text()
+    assert "below 1,000, seen in training (550 sentences)" in readme and "held-out numbers (950 sentences)" in readme
