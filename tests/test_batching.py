@@ -67,6 +67,21 @@ def test_batches_fit_the_budget_counted_with_padding(max_tokens, pad_to_multiple
     assert np.mean(tokens) > 0.8 * max_tokens
 
 
+def test_max_sentences_caps_the_batches_of_short_pairs_only():
+    short, long = np.full(1000, 4), np.full(1000, 40)  # 1,000 pairs of 4 tokens, 1,000 of 40
+    source = target = np.concatenate([short, long])
+    uncapped = list(TokenBatchSampler(source, target, 2000, shuffle=False))
+    capped = TokenBatchSampler(source, target, 2000, shuffle=False, max_sentences=100)
+    batches = list(capped)
+    assert_each_index_once(batches, len(source)) and len(batches) == len(capped)
+    assert max(map(len, batches)) == 100
+    # The 40-token pairs come 50 to a batch either way; the 4-token pairs, 500 to a batch without the cap.
+    assert sorted(len(b) for b in uncapped) == [50] * 20 + [500] * 2
+    assert sorted(len(b) for b in batches) == [50] * 20 + [100] * 10
+    with pytest.raises(ValueError, match="max_sentences"):
+        TokenBatchSampler(source, target, 2000, max_sentences=0)
+
+
 def test_a_pair_longer_than_the_budget_is_a_lone_batch_reported_once(caplog):
     source, target = multi30k_like_lengths(300)
     source[17], target[42] = 500, 300
@@ -261,6 +276,16 @@ def test_resegmented_sampler_cuts_each_epoch_by_its_own_lengths_into_as_many_bat
     resumed.set_epoch(2)
     sampler.set_epoch(2)
     assert list(resumed) == list(sampler)
+
+
+def test_resegmented_sampler_keeps_max_sentences():
+    dataset = LengthsGrowingWithEpochs(3000)
+    sampler = ResegmentedTokenBatchSampler(dataset, 1000, seed=1, max_sentences=20)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert max(map(len, batches)) <= 20 and len(batches) == len(sampler)
+        assert_each_index_once(batches, 3000)
 
 
 # --- Sentences to translate: the same cut, longest first -------------------------------------------------------------

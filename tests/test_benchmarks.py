@@ -97,6 +97,28 @@ def test_generate_speed_smoke(data_dir, tmp_path):
         assert ours["generated_tokens"] == marian["generated_tokens"] == expected
 
 
+def test_generate_speed_compiled_smoke(data_dir, tmp_path):
+    """--compile: ours and Marian eager and compiled, and ours in CTranslate2; batch 32 only, to compile few shapes."""
+    stdout, report = run_smoke("generate_speed", data_dir, tmp_path, "--compile", "--batch-sizes", "32")
+    header, *rows = table_rows(stdout)
+    names = ["ours", "ours_compiled", "marian", "marian_compiled", "ours_ct2"]
+    labels = ["ours", "ours compiled", "Marian", "Marian compiled", "ours, CT2 float32"]
+    others = [labels[0], *labels[2:]]
+    assert header[3:] == [*(f"{label} tok/s" for label in labels), "ours compiled compile s",
+                          "Marian compiled compile s", *(f"ours compiled / {label}" for label in others)]
+    assert [(row[0], row[1]) for row in rows] == [("greedy", "32"), ("beam 4", "32")]
+    assert report["settings"]["failed"] == {} and report["settings"]["compile_mode"] == "default"
+    for result, row in zip(report["results"], rows):
+        expected = result["sentences"] * report["settings"]["new_tokens"]  # forced lengths: N tokens per sentence
+        assert [result[name]["generated_tokens"] for name in names] == [expected] * 5
+        for name in ("ours_compiled", "marian_compiled"):
+            seconds = statistics.median(expected / rate for rate in result[name]["values"])
+            assert result[name]["compile_s"] == pytest.approx(result[name]["first_pass_s"] - seconds)
+        ratio = result["ours_compiled_over_ours_ct2"]
+        assert ratio == pytest.approx(result["ours_compiled"]["median"] / result["ours_ct2"]["median"])
+        assert row[-1] == f"{ratio:.2f}"
+
+
 def test_train_throughput_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("train_throughput", data_dir, tmp_path)
     header, *rows = table_rows(stdout)
@@ -186,3 +208,16 @@ def test_trainer_overhead_smoke(data_dir, tmp_path):
     assert any("addmm" in name for name in profiles["bare"]["operators"])
     assert [row[0] for row in data_table[1:]] == ["fetch", "check ids", "collate", "total"]
     assert report["data_path"]["ms_per_batch"]["total"]["median"] > 0
+
+
+def test_data_path_smoke(data_dir, tmp_path):
+    """Loading, tokenizer training, tokenization, filtering, token batching and a step on a small generated corpus."""
+    stdout, report = run_smoke("data_path", data_dir, tmp_path)
+    rows = table_rows(stdout)
+    assert rows[0] == ["stage", "2,000 pairs: s, peak GiB"]
+    assert len(rows) == 8 and rows[-1][0] == "**the data path (all but the step)**"
+    (result,) = report["results"]
+    assert result["pairs"] == 2000 and 0 < result["kept_pairs"] <= 2000 and result["batches"] > 0
+    assert set(result["stages"]) == {"load", "tokenizer", "tokenize", "filter", "batch", "step"}
+    for stage in result["stages"].values():
+        assert stage["seconds"] > 0 and 0 < stage["peak_rss_gib"] < 8

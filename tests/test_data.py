@@ -93,6 +93,20 @@ def test_pairs_empty_on_both_sides_are_skipped_and_counted(tmp_path, caplog):
     assert "Skipped 2 empty sentence pair(s)" in caplog.text
 
 
+def test_corpus_is_read_into_arrow_on_disk_and_reread_when_a_file_changes(tmp_path):
+    source = write(tmp_path / "s.en", "a\nb\n")
+    target = write(tmp_path / "s.de", "x\ny\n")
+    dataset = load_parallel_files(source, target, "en", "de")
+    # Memory-mapped from the datasets cache, not held as Python objects: a WMT-sized corpus fits in memory.
+    assert dataset.cache_files and all(Path(file["filename"]).is_file() for file in dataset.cache_files)
+    assert pairs(load_parallel_files(source, target, "en", "de")) == [("a", "x"), ("b", "y")]
+    write(target, "x\nz\n")  # same path, new content: never the stale cached copy
+    assert pairs(load_parallel_files(source, target, "en", "de")) == [("a", "x"), ("b", "z")]
+    write(source, "a\nb\nc\n")
+    with pytest.raises(ValueError, match="has 3 lines but"):
+        load_parallel_files(source, target, "en", "de")
+
+
 # --- TSV and JSON lines --------------------------------------------------------------------------------------------
 
 

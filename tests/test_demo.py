@@ -6,6 +6,8 @@ import json
 from collections import Counter
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from vanilla_transformer.number_words import describe_training, magnitude, number_words_corpus
 
@@ -13,7 +15,7 @@ from vanilla_transformer.number_words import describe_training, magnitude, numbe
 @pytest.fixture(scope="module")
 def corpus():
     return number_words_corpus("fr", train_size=20000, validation_size=100, test_size=300, max_digits=6,
-                               repeats_below_100=50, repeats_hundreds=20, seed=0)
+                               repeats_below_10=80, repeats_short=50, repeats_hundreds=20, seed=0)
 
 
 def test_magnitude_is_the_range_of_numbers_with_as_many_digits():
@@ -40,17 +42,21 @@ def test_every_number_below_1000_is_evaluated_held_out_or_seen_in_training(corpu
     held_out = [n for n in corpus["test"]["number"] if n < 1000]
     assert set(seen) | set(held_out) == set(range(1000)) and not set(seen) & set(held_out)
     assert set(range(100)) <= set(seen)
-    assert all(train[n] == (50 if n < 100 else 20) for n in seen)  # many copies, for token batches to spread them
-    assert len(corpus["train"]) == 20000 and sum(n >= 1000 for n in train) == 20000 - 50 * 100 - 20 * 450
+    # Many copies of the short ones (below 100, round hundreds), for token batches to spread them over many steps.
+    assert all(train[n] == (80 if n < 10 else 50 if n < 100 or n % 100 == 0 else 20) for n in seen)
+    assert len(corpus["train"]) == 20000 and sum(train[n] for n in train if n >= 1000) == 20000 - sum(
+        train[n] for n in seen)
     assert corpus["seen"][9]["translation"] == {"en": "nine", "fr": "neuf"}
     assert corpus["seen"][9]["magnitude"] == "0-9"
-    assert "every number below 100, 50 times each, 450 of the 900 numbers 100-999, 20 times each" in describe_training(
-        corpus["train"])
+    round_hundreds = sum(n % 100 == 0 for n in seen) - 1  # 0 is not one
+    assert (f"every number below 10, 80 times each, the others below 100 and {round_hundreds} of the 9 round "
+            f"hundreds, 50 times each, "
+            f"{450 - round_hundreds} of the other numbers 100-999, 20 times each") in describe_training(corpus["train"])
 
 
 def test_corpus_refuses_sizes_it_cannot_hold():
     with pytest.raises(ValueError, match="below 1,000"):
-        number_words_corpus(train_size=10000, repeats_below_100=50, repeats_hundreds=20)  # 14,000 pairs below 1,000
+        number_words_corpus(train_size=10000, repeats_short=50, repeats_hundreds=20)  # ~14,000 pairs below 1,000
     with pytest.raises(ValueError, match="max_digits"):
         number_words_corpus(max_digits=3)
 
@@ -60,16 +66,20 @@ def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
 
     out = tmp_path / "demo"
     main([  # the demo's data and reporting, with a tiny model trained for 2 steps
-        "--output_dir", str(out), "--demo_train_size", "14100", "--demo_max_digits", "4", "--max_steps", "2",
+        "--output_dir", str(out), "--demo_train_size", "14000", "--demo_max_digits", "4", "--max_steps", "2",
         "--warmup_steps", "1", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
-        "--vocab_size", "300", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-        "--generation_num_beams", "1", "--generation_max_length", "8",
+        "--vocab_size", "300", "--save_steps", "1", "--average_last", "2", "--report_to", "none",
+        "--disable_tqdm", "true", "--generation_num_beams", "1", "--generation_max_length", "8",
     ])
     printed = capsys.readouterr().out
     assert "Held-out (950 pairs, beam 1)" in printed
     assert "Seen in training (the 550 numbers below 1,000 of the training set)" in printed
     for line in ["0-9:    10 pairs", "10-99:    90 pairs", "100-999:   450 pairs", "1,000-9,999:   500 pairs"]:
         assert line in printed
+    assert "Model: the average of the last 2 checkpoints (steps 1-2)" in printed  # section 6.1
+    saved, step_1, step_2 = (load_file(out / path / "model.safetensors") for path in ("", "checkpoint-1", "checkpoint-2"))
+    for name, tensor in saved.items():
+        torch.testing.assert_close(tensor, (step_1[name] + step_2[name]) / 2)
 
     results = json.loads((out / "test_results.json").read_text())
     for key in ["test_exact_match", "test_exact_match_100-999", "test_exact_match_1000-9999", "seen_exact_match",
@@ -82,6 +92,7 @@ def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
     assert {m: v["pairs"] for m, v in by_magnitude["seen"].items()} == {"0-9": 10, "10-99": 90, "100-999": 450}
     assert by_magnitude["seen"]["0-9"]["exact_match"] == results["seen_exact_match_0-9"]
     assert [(r["split"], r["num_sentences"]) for r in card["results"]] == [("test", 950), ("train", 550)]
+    assert card["variants"][0]["model"] == "the average of the last 2 checkpoints (steps 1-2)"
     first, second = card["samples"]  # one of each held-out magnitude
     assert "hundred" in first["source"] and "thousand" not in first["source"] and "thousand" in second["source"]
     readme = (out / "README.md").read_text()

@@ -33,7 +33,7 @@ from vanilla_transformer.training import (
 @pytest.fixture(scope="module")
 def corpus():
     return number_words_corpus("fr", train_size=600, validation_size=50, test_size=50, max_digits=4,
-                               repeats_below_100=1, repeats_hundreds=1, seed=0)
+                               repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -599,6 +599,7 @@ def test_every_flag_is_checked_before_the_old_run_or_its_tokenizer_is_touched(co
     assert err == "vanilla-transformer train: error: Unknown preset 'huge'; choose one of ['base', 'big', 'tiny']."
     assert "is not supported" in train_error([*argv, "--preset", "tiny", "--attn-implementation", "fast"], capsys)
     assert "needs validation data" in train_error([*argv, "--preset", "tiny", "--eval-strategy", "steps"], capsys)
+    assert "--max-sentences must be positive" in train_error([*argv, "--preset", "tiny", "--max-sentences", "0"], capsys)
     assert (out / "tokenizer" / "tokenizer.json").read_text() == "the old run's"
     assert (out / "checkpoint-7").is_dir()
 

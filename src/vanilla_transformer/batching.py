@@ -56,8 +56,9 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     Pairs are sorted by (source length, target length) and cut greedily (`cut_batches`) into batches whose padded
     source and padded target tensors both hold at most `max_tokens` tokens: `len(batch) * max(padded source len,
-    padded target len) <= max_tokens`. A pair that alone exceeds `max_tokens` becomes a batch of its own and is
-    reported once, never dropped. With `shuffle`, each epoch breaks length ties at random (so batches mix
+    padded target len) <= max_tokens`, and, with `max_sentences`, at most that many pairs (fairseq's
+    `--max-sentences`: batches of short pairs stay small and spread over more steps). A pair that alone exceeds
+    `max_tokens` becomes a batch of its own and is reported once, never dropped. With `shuffle`, each epoch breaks length ties at random (so batches mix
     differently) and shuffles the order of the batches; both depend only on `seed` and the epoch given to
     `set_epoch`. Ties move only pairs of identical lengths, so the batch boundaries, and hence `len()`, are the same
     in every epoch.
@@ -89,6 +90,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         pad_to_multiple_of: int | None = None,
+        max_sentences: int | None = None,
     ):
         self.source_lengths = np.asarray(source_lengths, dtype=np.int64)
         self.target_lengths = np.asarray(target_lengths, dtype=np.int64)
@@ -99,9 +101,11 @@ class TokenBatchSampler(Sampler[list[int]]):
             )
         if len(self.source_lengths) == 0:
             raise ValueError("TokenBatchSampler needs at least one sentence pair")
-        if max_tokens < 1 or num_replicas < 1:
-            raise ValueError(f"max_tokens ({max_tokens}) and num_replicas ({num_replicas}) must be positive")
+        if max_tokens < 1 or num_replicas < 1 or (max_sentences is not None and max_sentences < 1):
+            raise ValueError(f"max_tokens ({max_tokens}), num_replicas ({num_replicas}) and max_sentences "
+                             f"({max_sentences}) must be positive")
         self.max_tokens = max_tokens
+        self.max_sentences = max_sentences
         self.shuffle = shuffle
         self.seed = seed
         self.num_replicas = num_replicas
@@ -110,7 +114,7 @@ class TokenBatchSampler(Sampler[list[int]]):
 
         width = self._widths()
         self._report_too_long(width)
-        self._bounds = cut_batches(width[self._length_order(rng=None)].tolist(), max_tokens)
+        self._bounds = cut_batches(width[self._length_order(rng=None)].tolist(), max_tokens, max_sentences)
         if num_replicas > 1:
             self._bounds = self._halve_largest(self._bounds, -len(self._bounds) % num_replicas)
 
@@ -213,8 +217,9 @@ class ResegmentedTokenBatchSampler(TokenBatchSampler):
             low, high = 1, max(widths) * len(widths)  # the smallest budget giving at most `count` batches
             while low < high:
                 middle = (low + high) // 2
-                low, high = (low, middle) if len(cut_batches(widths, middle)) <= count else (middle + 1, high)
-            bounds = cut_batches(widths, low)
+                fits = len(cut_batches(widths, middle, self.max_sentences)) <= count
+                low, high = (low, middle) if fits else (middle + 1, high)
+            bounds = cut_batches(widths, low, self.max_sentences)
             self._bounds = self._halve_largest(bounds, count - len(bounds))
             self._epoch_of_bounds = self.epoch
         return super().__iter__()

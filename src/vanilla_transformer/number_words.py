@@ -47,8 +47,9 @@ def number_words_corpus(
     test_size: int = 500,
     max_digits: int = 6,
     held_out_hundreds: int = 450,
-    repeats_below_100: int = 50,
-    repeats_hundreds: int = 20,
+    repeats_below_10: int = 200,
+    repeats_short: int = 50,
+    repeats_hundreds: int = 10,
     zero_probability: float = 0.3,
     seed: int = 0,
 ) -> datasets.DatasetDict:
@@ -57,13 +58,14 @@ def number_words_corpus(
     - `test`, numbers never in training: `held_out_hundreds` random numbers 100-999 and `test_size` numbers from
       1,000 up to 10**max_digits - 1, the digit count drawn uniformly first, so that each magnitude has its share;
     - `validation`: `validation_size` other numbers of 1,000 and more;
-    - `train`: `train_size` pairs: every number below 100 `repeats_below_100` times and the numbers 100-999 not held
-      out `repeats_hundreds` times, then distinct numbers of 1,000 and more, none of them in `test` or `validation`,
-      drawn as the test ones except that each digit after the first is 0 with `zero_probability`; shuffled. The
-      numbers below 1,000 are few and short, and token batches put the copies of one number into a few batches of an
-      epoch: it takes many copies for a number to be learnt in many steps. Round forms, which French writes apart
-      ("deux cents" but "deux cent un", "quatre-vingts"), are rare among uniformly drawn numbers: more zeros make
-      them common enough to learn;
+    - `train`: `train_size` pairs: every number below 10 `repeats_below_10` times, the others below 100 and the round
+      hundreds not held out `repeats_short` times, the other numbers 100-999 not held out `repeats_hundreds` times,
+      then distinct numbers
+      of 1,000 and more, none of them in `test` or `validation`, drawn as the test ones except that each digit after
+      the first is 0 with `zero_probability`; shuffled. Token batches put the pairs of one length together, so the
+      copies of a short number fall into the few batches of short pairs of an epoch: it takes many copies for it to
+      be learnt in many steps. Round forms, which French writes apart ("deux cents" but "deux cent un",
+      "quatre-vingts"), are rare among uniformly drawn numbers: more zeros make them common enough to learn;
     - `seen`: every number below 1,000 that is in `train`, once, to check that the model knows them too.
 
     `test` and `seen` are in increasing order; together they hold every number below 1,000.
@@ -75,7 +77,9 @@ def number_words_corpus(
     rng = random.Random(seed)
     held_out = sorted(rng.sample(range(100, 1000), held_out_hundreds))
     seen = sorted(set(range(1000)) - set(held_out))
-    small_train = list(range(100)) * repeats_below_100 + seen[100:] * repeats_hundreds
+    repeats = {n: repeats_below_10 if n < 10 else repeats_short if n < 100 or n % 100 == 0 else repeats_hundreds
+               for n in seen}
+    small_train = [n for n in seen for _ in range(repeats[n])]
     large_train_size = train_size - len(small_train)
     if large_train_size < 0:
         raise ValueError(f"train_size {train_size} is below the {len(small_train):,} pairs of numbers below 1,000.")
@@ -106,13 +110,15 @@ def number_words_corpus(
 def describe_training(train: datasets.Dataset) -> str:
     """What a `train` split of `number_words_corpus` holds, in a sentence (the model card's training data)."""
     counts = Counter(train["number"])
-    hundreds = [number for number in counts if 100 <= number < 1000]
+    round_hundreds = [number for number in counts if number < 1000 and number % 100 == 0 and number]
+    hundreds = [number for number in counts if 100 <= number < 1000 and number % 100]
     large = [str(number) for number in counts if number >= 1000]
     later_digits = "".join(number[1:] for number in large)
     return (
-        f"{len(train):,} pairs of number words written by `num2words`: every number below 100, {counts[0]} times each, "
-        f"{len(hundreds)} of the 900 numbers 100-999, {counts[min(hundreds)] if hundreds else 0} times each, and "
-        f"{len(large):,} numbers from 1,000 to {10 ** max(map(len, large)) - 1:,}, once each, "
-        f"{later_digits.count('0') / len(later_digits):.0%} of their digits after the first being 0. The other numbers "
-        "100-999 and the test numbers of 1,000 and more are held out."
+        f"{len(train):,} pairs of number words written by `num2words`: every number below 10, {counts[0]} times each, "
+        f"the others below 100 and {len(round_hundreds)} of the 9 round hundreds, {counts[10]} times each, "
+        f"{len(hundreds)} of the other numbers "
+        f"100-999, {counts[min(hundreds)] if hundreds else 0} times each, and {len(large):,} numbers from 1,000 to "
+        f"{10 ** max(map(len, large)) - 1:,}, once each, {later_digits.count('0') / len(later_digits):.0%} of their "
+        "digits after the first being 0. The other numbers 100-999 and the test numbers of 1,000 and more are held out."
     )

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +27,9 @@ from transformers import (
 )
 
 from .user_errors import UserError, check_model, describe, user_errors
+from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .data import filter_long_pairs, load_parallel_corpus
+from .data import default_num_proc, filter_long_pairs, load_parallel_corpus, sample_pairs
 from .extras import require
 from .hub import write_model_card
 from .metrics import score_translations
@@ -69,6 +71,10 @@ class ModelArguments:
     )
     tokenizer_name: str | None = field(default=None, metadata={"help": "A saved tokenizer folder to use."})
     vocab_size: int = field(default=37000, metadata={"help": "Size of the shared BPE vocabulary to train."})
+    tokenizer_train_pairs: int = field(
+        default=1_000_000, metadata={"help": "Learn the vocabulary from at most this many training pairs, drawn at "
+                                             "random (0: all)."}
+    )
     attn_implementation: str | None = field(
         default=None,
         metadata={"help": "Attention kernel (eager, sdpa, flash_attention_2, ...); default: transformers' choice. "
@@ -96,7 +102,15 @@ class DataArguments:
     max_tokens: int | None = field(
         default=4096, metadata={"help": "Tokens per training batch (section 5.1); 0 batches by sentences."}
     )
+    max_sentences: int | None = field(
+        default=None, metadata={"help": "With --max_tokens, at most this many pairs a batch (fairseq's "
+                                        "--max-sentences); default: no limit."}
+    )
     max_eval_samples: int | None = field(default=None)
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes that tokenize and filter the data; default: one per core for "
+                                        "100,000 training pairs and more, else one."}
+    )
     bpe_dropout: float = field(
         default=0.0, metadata={"help": "BPE-dropout probability for the training pairs, segmented anew every epoch "
                                        "(Provilkov et al., 2020; not in the paper; default 0)."}
@@ -118,6 +132,10 @@ class RecipeArguments:
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training (with a checkpoint) at the first step that ends after this "
                                        "many minutes, even if --max_steps is not reached."}
+    )
+    average_last: int = field(
+        default=0, metadata={"help": "Save the average of the weights of the run's last N checkpoints as the model "
+                                     "(section 6.1), and test it; 0 saves the last weights."}
     )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace the run --output_dir holds (its checkpoints, weights, Trainer "
@@ -151,10 +169,14 @@ DEMO_DEFAULTS = dict(
     ffn_dim=512,
     vocab_size=1000,
     max_tokens=2048,
+    max_sentences=256,
+    bf16=True,  # with eager attention, the fastest CPU training step (docs/speed.md)
+    attn_implementation="eager",
     warmup_steps=300,
     lr_scale=0.5,
     max_steps=1200,
-    save_steps=400,
+    save_steps=50,
+    average_last=10,
     logging_steps=100,
     per_device_eval_batch_size=64,
     output_dir=DEMO_OUTPUT_DIR,
@@ -178,6 +200,8 @@ def parse_arguments(argv: list[str] | None = None):
     is_demo = not flags & set(DATA_FLAGS)
     if is_demo:
         parser.set_defaults(**DEMO_DEFAULTS)
+        if not torch.cuda.is_available():
+            parser.set_defaults(use_cpu=True)  # the Trainer's bf16 on a CPU
     elif "--output_dir" not in flags:
         parser.error("--output-dir is required when training on your own data.")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
@@ -242,6 +266,8 @@ def check_arguments(model_args, data_args, recipe_args, training_args, splits) -
         raise UserError(f"--max-tokens must be positive (or 0: batches of sentences), got {data_args.max_tokens}")
     if not 0 <= data_args.bpe_dropout < 1:
         raise UserError(f"--bpe-dropout must be in [0, 1), got {data_args.bpe_dropout}")
+    if data_args.max_sentences is not None and (data_args.max_sentences < 1 or not data_args.max_tokens):
+        raise UserError(f"--max-sentences must be positive and goes with --max-tokens, got {data_args.max_sentences}")
     if data_args.bpe_dropout and not data_args.max_tokens:
         raise UserError("--bpe-dropout needs token batches (--max-tokens > 0): lengths change every epoch")
     if recipe_args.lr_scale <= 0:
@@ -293,7 +319,8 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
     # One process trains the shared vocabulary on both sides of the training data; the others load it.
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index == 0:
-            texts = (pair[lang] for pair in train_pairs["translation"]
+            pairs = sample_pairs(train_pairs, model_args.tokenizer_train_pairs, seed=training_args.seed)
+            texts = (pair[lang] for pair in pairs["translation"]
                      for lang in (data_args.source_lang, data_args.target_lang))
             train_tokenizer(texts, vocab_size=model_args.vocab_size).save_pretrained(tokenizer_dir)
     return AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -392,14 +419,17 @@ def main(argv: list[str] | None = None):
     logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
 
     tokenize = tokenize_pairs(tokenizer, data_args.source_lang, data_args.target_lang)
+    num_proc = data_args.preprocessing_num_workers or default_num_proc(len(splits["train"]))
     with training_args.main_process_first(desc="tokenizing"):
         tokenized = {
-            name: split.map(tokenize, batched=True, remove_columns=split.column_names, desc=f"tokenizing {name}")
+            name: split.map(tokenize, batched=True, remove_columns=split.column_names, desc=f"tokenizing {name}",
+                            num_proc=num_proc if len(split) >= 1000 else None)
             for name, split in splits.items()
         }
     if data_args.bpe_dropout:  # the texts of the pairs kept by the length filter, segmented anew every epoch
         tokenized["train"] = tokenized["train"].add_column("translation", splits["train"]["translation"])
-    tokenized["train"] = filter_long_pairs(tokenized["train"], data_args.max_source_length, data_args.max_target_length)
+    tokenized["train"] = filter_long_pairs(tokenized["train"], data_args.max_source_length, data_args.max_target_length,
+                                           num_proc=num_proc)
     train_dataset = tokenized["train"]
     if data_args.bpe_dropout:
         train_dataset = BPEDropoutDataset.from_translations(
@@ -421,16 +451,18 @@ def main(argv: list[str] | None = None):
             # Validation BLEU needs generate(); without --predict_with_generate validation reports its loss only.
             compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
             max_tokens=data_args.max_tokens or None,
+            max_sentences=data_args.max_sentences,
             callbacks=callbacks,
         )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     trainer.save_model()  # model, tokenizer and generation config in output_dir
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
 
     if "test" in tokenized and training_args.predict_with_generate:
-        report_test_results(trainer, splits, tokenized, data_args, tokenizer)
+        report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged=averaged)
     elif eval_dataset is not None:
         metrics = trainer.evaluate(metric_key_prefix="eval")
         trainer.log_metrics("eval", metrics)
@@ -438,11 +470,23 @@ def main(argv: list[str] | None = None):
     return trainer
 
 
-def report_test_results(trainer, splits, tokenized, data_args, tokenizer):
+def average_last_checkpoints(trainer, last_n: int) -> str:
+    """Section 6.1: give the model the average of the weights of the run's last `last_n` checkpoints. Returns what it
+    averaged, in words."""
+    trainer.accelerator.wait_for_everyone()  # the last checkpoint is written
+    checkpoints = find_checkpoints(trainer.args.output_dir, last_n)
+    with tempfile.TemporaryDirectory() as folder:
+        average_checkpoints(checkpoints, folder, force=True)
+        trainer.model.load_state_dict(type(trainer.model).from_pretrained(folder).state_dict())
+    steps = [int(path.name.removeprefix("checkpoint-")) for path in checkpoints]
+    return f"the average of the last {last_n} checkpoints (steps {steps[0]:,}-{steps[-1]:,})"
+
+
+def report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged: str | None = None):
     """Translate the `test` split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
     signature) and chrF on the detokenized text. The demo's splits are also scored per magnitude (their `magnitude`
     column), and its `seen` split, the numbers below 1,000 that are in training, is translated and scored apart
-    (`seen_` keys)."""
+    (`seen_` keys). `averaged` says which checkpoints the model averages, if it does."""
     metrics, hypotheses = {}, {}
     for name in ("test", "seen"):
         if name in splits:
@@ -450,13 +494,13 @@ def report_test_results(trainer, splits, tokenized, data_args, tokenizer):
                                                                      tokenizer, prefix=name)
             metrics.update(metrics_of_split)
     if trainer.is_world_process_zero():
-        print_test_results(trainer, splits, hypotheses, metrics, data_args)
+        print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged)
     trainer.log_metrics("test", metrics)
     trainer.save_metrics("test", metrics)
     if trainer.is_world_process_zero():
         # The output folder's model card, from the saved model and these results, which card_results.json keeps for
         # `vanilla-transformer model-card` and `push`.
-        results = card_results(metrics, splits, hypotheses, data_args)
+        results = card_results(metrics, splits, hypotheses, data_args, averaged)
         output_dir = Path(trainer.args.output_dir)
         (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
         write_model_card(output_dir, output_dir / "README.md", results)
@@ -500,7 +544,7 @@ def sample_indices(pairs, count: int) -> list[int]:
     return list(first.values())
 
 
-def print_test_results(trainer, splits, hypotheses, metrics, data_args):
+def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged):
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
 
     def print_pair(pair, hypothesis):
@@ -530,10 +574,12 @@ def print_test_results(trainer, splits, hypotheses, metrics, data_args):
             for pair, hypothesis in wrong[:20]:
                 print_pair(pair, hypothesis)
     print(f"sacreBLEU signature: {metrics['test_bleu_signature']}")
+    if averaged:
+        print(f"Model: {averaged}")
     print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
 
 
-def card_results(metrics, splits, hypotheses, data_args) -> dict:
+def card_results(metrics, splits, hypotheses, data_args, averaged=None) -> dict:
     """The test results as `hub.model_card` takes them: scores with their signatures, the data, samples and the
     recipe facts the training arguments do not hold. The demo's card also reports the numbers below 1,000 seen in
     training, and card_results.json keeps exact match per magnitude."""
@@ -570,6 +616,9 @@ def card_results(metrics, splits, hypotheses, data_args) -> dict:
         training=dict(max_tokens=data_args.max_tokens, bpe_dropout=data_args.bpe_dropout,
                       bpe_dropout_target=data_args.bpe_dropout_target),
     )
+    if averaged:  # the card names the weights in its table of models
+        results["variants"] = [dict(model=averaged, decoding="the defaults above", bleu=metrics["test_bleu"],
+                                    chrf=metrics["test_chrf"])]
     if "magnitude" in test.column_names:  # the demo
         results["training_data"] = describe_training(splits["train"])
         results["exact_match_by_magnitude"] = {

@@ -172,9 +172,10 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
     check them."""
 
-    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self.max_sentences = max_sentences
         self._flops_per_input_token = None
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
             # The same loss as the Trainer's LabelSmoother, fused (see `label_smoothed_cross_entropy`).
@@ -231,7 +232,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
             dataset = self._remove_unused_columns(dataset, description="Training")
         # Same batches on every process; a multiple of processes x accumulation steps, so no batch is repeated to
         # even out the last optimizer step.
-        batching = dict(seed=self.args.seed, num_replicas=self.args.world_size * self.args.gradient_accumulation_steps)
+        batching = dict(seed=self.args.seed, num_replicas=self.args.world_size * self.args.gradient_accumulation_steps,
+                        max_sentences=self.max_sentences)
         if isinstance(dataset, BPEDropoutDataset):
             sampler = ResegmentedTokenBatchSampler(dataset, self.max_tokens, **batching)
         else:
@@ -344,14 +346,15 @@ class TrainingTimeBudget(TrainerCallback):
 
 
 def tokenize_pairs(tokenizer, source_lang: str, target_lang: str):
-    """A `datasets.map(batched=True)` function: `translation` pairs -> `input_ids`, `attention_mask`, `labels`
-    (each ending in `</s>`). Nothing is truncated here: `data.filter_long_pairs` drops over-long pairs and logs
-    how many."""
+    """A `datasets.map(batched=True)` function: `translation` pairs -> `input_ids` and `labels` (each ending in
+    `</s>`). Nothing is truncated here: `data.filter_long_pairs` drops over-long pairs and logs how many. No
+    attention mask is stored: `DataCollatorForSeq2Seq` makes it when it pads, and a WMT-sized corpus stores a third
+    fewer integers."""
 
     def tokenize(batch):
         sources = [pair[source_lang] for pair in batch["translation"]]
         targets = [pair[target_lang] for pair in batch["translation"]]
-        return tokenizer(sources, text_target=targets)
+        return tokenizer(sources, text_target=targets, return_attention_mask=False)
 
     return tokenize
 
