@@ -11,12 +11,24 @@ the median and the range of generated tokens per second, and the ratio of the me
     python benchmarks/generate_speed.py --size small --json generate_speed.json
     python benchmarks/generate_speed.py --device cuda --dtype bfloat16   # a GPU, both models in bf16
     python benchmarks/generate_speed.py --smoke         # seconds: checks that the script works
+
+With `--compile`, five engines instead of two: ours and Marian eager, ours and Marian with a static cache and their
+decoding step compiled by inductor (`vanilla_transformer.compiled_decoding`, sources padded to a multiple of 16
+tokens; Marian compiled exactly as ours, and reported as failed if it does not compile), and our model exported to
+CTranslate2 float32. Every compiled engine first decodes all the batches of a cell once, which compiles every shape:
+that pass is timed apart, and its excess over a timed pass is the compile time.
+
+    python benchmarks/generate_speed.py --compile --size small --json generate_speed_compiled_small.json
+    python benchmarks/generate_speed.py --compile --smoke
 """
 
 import argparse
 import json
+import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -58,6 +70,11 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                         help="weights and activations of both models (default float32)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time both models with a compiled decoding step, and our model in CTranslate2")
+    parser.add_argument("--compile-mode", default=None,
+                        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                        help="inductor mode of --compile (default: reduce-overhead on cuda, default on cpu)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.size, args.sentences, args.sentences_bs1, args.new_tokens, args.repeats = "tiny", 32, 4, 8, 2
@@ -66,11 +83,17 @@ def parse_args(argv=None):
     return args
 
 
-def source_batches(tokenizer, sentences: list[str], batch_size: int, device: str = "cpu") -> list[dict]:
-    """Consecutive sentences in file order, each batch padded to its longest sentence, on `device`."""
+def source_batches(
+    tokenizer, sentences: list[str], batch_size: int, device: str = "cpu", pad_to_multiple_of: int | None = None
+) -> list[dict]:
+    """Consecutive sentences in file order, each batch padded to its longest sentence (rounded up to a multiple of
+    `pad_to_multiple_of`), on `device`."""
     encoded = tokenizer(sentences)["input_ids"]
     return [
-        tokenizer.pad({"input_ids": encoded[start : start + batch_size]}, return_tensors="pt").to(device)
+        tokenizer.pad(
+            {"input_ids": encoded[start : start + batch_size]}, pad_to_multiple_of=pad_to_multiple_of,
+            return_tensors="pt",
+        ).to(device)
         for start in range(0, len(encoded), batch_size)
     ]
 
@@ -112,6 +135,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.compile:
+        return compiled_main(args)
 
     tokenizer = load_tokenizer(args)
     sentences = read_lines(args.data_dir / "val.en.gz", max(args.sentences, args.sentences_bs1))
@@ -217,6 +242,157 @@ def report(env: dict, settings: dict, results: list[dict]) -> str:
         if len(set(counts.values())) > 1:
             lines.append(f"\nNote: {result['decoding']}, batch {result['batch_size']}: the models generated "
                          f"different numbers of tokens ({counts}); tokens/s counts each model's own.")
+    return "\n".join(lines)
+
+
+# --- --compile -----------------------------------------------------------------------------------------------------
+
+ENGINES = ("ours", "ours_compiled", "marian", "marian_compiled", "ours_ct2")
+ENGINE_LABELS = {"ours": "ours", "ours_compiled": "ours compiled", "marian": "Marian",
+                 "marian_compiled": "Marian compiled", "ours_ct2": "ours, CT2 float32"}
+
+
+def compiled_main(args):
+    from ct2_speed import convert_ours, ct2_decode_all  # CTranslate2 is needed by --compile only
+
+    import ctranslate2
+    from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, compiled_decoding, default_mode
+
+    mode = args.compile_mode or default_mode(args.device)
+    tokenizer = load_tokenizer(args)
+    sentences = read_lines(args.data_dir / "val.en.gz", max(args.sentences, args.sentences_bs1))
+    configs = model_configs(args.size, tokenizer, dropout=0.1)
+    models = {name: build_model(name, configs[name], args.seed, args.attn_implementation) for name in MODEL_NAMES}
+    with tempfile.TemporaryDirectory() as tmp:  # the CTranslate2 model from ours in float32, before any dtype change
+        folder = convert_ours(models["ours"].eval(), tokenizer, Path(tmp), "float32")
+        ct2_device = "cuda" if args.device == "cuda" else "cpu"
+        translator = ctranslate2.Translator(str(folder), device=ct2_device, inter_threads=1,
+                                            intra_threads=torch.get_num_threads())
+    dtype = getattr(torch, args.dtype)
+    models = {name: model.to(args.device, dtype).eval() for name, model in models.items()}
+
+    batches, bucketed, token_batches = {}, {}, {}
+    for batch_size in args.batch_sizes:
+        chosen = sentences[: args.sentences if batch_size > 1 else args.sentences_bs1]
+        batches[batch_size] = source_batches(tokenizer, chosen, batch_size, args.device)
+        bucketed[batch_size] = source_batches(tokenizer, chosen, batch_size, args.device, SOURCE_BUCKET)
+        as_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(chosen)["input_ids"]]
+        starts = range(0, len(as_tokens), batch_size)
+        token_batches[batch_size] = [as_tokens[start : start + batch_size] for start in starts]
+    extra = {"ours": {}, "marian": {}}
+    if accepts_length_penalty_type(models["ours"], batches[args.batch_sizes[0]][0]):
+        extra["ours"]["length_penalty_type"] = "transformers"
+
+    def run(engine, beams, batch_size):
+        """Seconds to decode every batch of the cell with `engine`, and the tokens it generated."""
+        if engine == "ours_ct2":
+            return ct2_decode_all(translator, token_batches[batch_size], beams, args.new_tokens, args.length_penalty)
+        name = engine.removesuffix("_compiled")
+        generate_kwargs = {**forced_length_kwargs(beams, args.new_tokens, args.length_penalty), **extra[name]}
+        if engine == name:
+            return decode_all(models[name], batches[batch_size], generate_kwargs)
+        with compiled_decoding(models[name], mode):
+            return decode_all(models[name], bucketed[batch_size], {**generate_kwargs, **GENERATE_KWARGS})
+
+    failed = {}  # engine -> the error that stopped it (a compiled Marian that does not compile)
+    results = []
+    cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
+    progress = tqdm(total=len(cells) * (args.repeats + 1) * len(ENGINES), desc="generate", file=sys.stderr)
+    for beams, batch_size in cells:
+        decoding = "greedy" if beams == 1 else f"beam {beams}"
+        progress.set_postfix_str(f"{decoding}, batch {batch_size}")
+        engines = [engine for engine in ENGINES if engine not in failed]
+        first_pass = {}
+        for engine in engines:
+            try:
+                if engine.endswith("_compiled"):  # every batch once: every shape of the cell compiles here
+                    first_pass[engine] = run(engine, beams, batch_size)[0]
+                else:
+                    for _ in range(args.warmup):
+                        run(engine, beams, batch_size)
+            except Exception as error:  # reported in the table, the other engines go on
+                failed[engine] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
+            progress.update()
+        engines = [engine for engine in engines if engine not in failed]
+        rates, tokens, seconds = {engine: [] for engine in engines}, {}, {engine: [] for engine in engines}
+        for repeat in range(args.repeats):
+            for engine in engines if repeat % 2 == 0 else engines[::-1]:
+                elapsed, tokens[engine] = run(engine, beams, batch_size)
+                seconds[engine].append(elapsed)
+                rates[engine].append(tokens[engine] / elapsed)
+                progress.update()
+        stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in engines}
+        for engine, elapsed in first_pass.items():
+            if engine in stats:
+                stats[engine].update(first_pass_s=elapsed, compile_s=elapsed - statistics.median(seconds[engine]))
+        result = dict(decoding=decoding, num_beams=beams, batch_size=batch_size,
+                      sentences=sum(len(batch["input_ids"]) for batch in batches[batch_size]), **stats)
+        if "ours_compiled" in stats:
+            for other in ("ours", "marian", "marian_compiled", "ours_ct2"):
+                if other in stats:
+                    result[f"ours_compiled_over_{other}"] = stats["ours_compiled"]["median"] / stats[other]["median"]
+        results.append(result)
+    progress.close()
+
+    env = environment(args.device)
+    env["ctranslate2"] = ctranslate2.__version__
+    settings = dict(
+        size=args.size, **SIZES[args.size], vocab_size=len(tokenizer),
+        trainable_parameters={name: trainable_parameters(models[name]) for name in MODEL_NAMES},
+        new_tokens=args.new_tokens, length_penalty=args.length_penalty, early_stopping=True,
+        attn_implementation=args.attn_implementation, dtype=args.dtype, compile_mode=mode,
+        source_bucket=SOURCE_BUCKET, repeats=args.repeats, warmup=args.warmup, smoke=args.smoke, failed=failed,
+    )
+    print(compiled_report(env, settings, results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(dict(environment=env, settings=settings, results=results), indent=2) + "\n")
+
+
+def compiled_report(env: dict, settings: dict, results: list[dict]) -> str:
+    smoke = " (smoke run)" if settings["smoke"] else ""
+    lines = [
+        f"## generate() speed with a compiled decoding step, {settings['size']} size: ours vs MarianMTModel vs "
+        f"CTranslate2{smoke}",
+        "",
+        *environment_lines(env),
+        f"- CTranslate2 {env['ctranslate2']}; models: d_model {settings['d_model']}, N = {settings['layers']}+"
+        f"{settings['layers']}, h {settings['heads']}, d_ff {settings['ffn_dim']}, vocab {settings['vocab_size']:,}, "
+        f"random weights; attention: {settings['attn_implementation']}; {settings['dtype']} (CTranslate2: float32)",
+        f"- compiled: static cache, inductor mode {settings['compile_mode']}, sources padded to a multiple of "
+        f"{settings['source_bucket']} tokens; compile s = the first pass over a cell's batches (which compiles its "
+        "shapes) minus a timed pass",
+        f"- decoding: exactly {settings['new_tokens']} new tokens per sentence; beam search with length_penalty "
+        f"{settings['length_penalty']}, early_stopping=True; {settings['repeats']} repeat(s), engines alternating; "
+        "generated tokens/s as median (min-max)",
+        "",
+    ]
+    engines = [engine for engine in ENGINES
+               if engine in settings["failed"] or any(engine in result for result in results)]
+    compiled = [engine for engine in engines if engine.endswith("_compiled")]
+    ratios = [other for other in ("ours", "marian", "marian_compiled", "ours_ct2")
+              if any(f"ours_compiled_over_{other}" in result for result in results)]
+    rows = []
+    for result in results:
+        rows.append([
+            result["decoding"], str(result["batch_size"]), str(result["sentences"]),
+            *(format_rate(result[engine]) if engine in result else "failed" for engine in engines),
+            *(f"{result[engine]['compile_s']:.1f}" if engine in result else "-" for engine in compiled),
+            *(f"{result[f'ours_compiled_over_{other}']:.2f}" if f"ours_compiled_over_{other}" in result else "-"
+              for other in ratios),
+        ])
+    lines.append(markdown_table(
+        ["decoding", "batch", "sentences", *(f"{ENGINE_LABELS[engine]} tok/s" for engine in engines),
+         *(f"{ENGINE_LABELS[engine]} compile s" for engine in compiled),
+         *(f"ours compiled / {ENGINE_LABELS[other]}" for other in ratios)],
+        rows,
+    ))
+    for engine, error in settings["failed"].items():
+        lines.append(f"\n{ENGINE_LABELS[engine]} failed: {error}")
+    for result in results:
+        counts = {engine: result[engine]["generated_tokens"] for engine in engines if engine in result}
+        if len(set(counts.values())) > 1:
+            lines.append(f"\nNote: {result['decoding']}, batch {result['batch_size']}: the engines generated "
+                         f"different numbers of tokens ({counts}); tokens/s counts each engine's own.")
     return "\n".join(lines)
 
 

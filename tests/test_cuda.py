@@ -115,6 +115,21 @@ def test_cached_generation_on_the_gpu_equals_uncached(num_beams):
     torch.testing.assert_close(torch.stack(cached.scores), torch.stack(uncached.scores), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_compiled_decoding_with_cuda_graphs_gives_eagers_tokens(num_beams):
+    """compiled_decoding's GPU mode, reduce-overhead: CUDA graphs replaying the static cache's step, call after call."""
+    from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, compiled_decoding
+
+    model, batch = small_model().to("cuda"), padded_batch(source_length=16)
+    inputs = on(dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]), "cuda")
+    forced = dict(num_beams=num_beams, max_new_tokens=20, min_new_tokens=20)
+    with torch.inference_mode():
+        eager = model.generate(**inputs, **forced)
+        with compiled_decoding(model):
+            compiled = [model.generate(**inputs, **forced, **GENERATE_KWARGS) for _ in range(2)]
+    assert all(torch.equal(tokens, eager) for tokens in compiled)
+
+
 def test_gpu_generation_equals_the_cpus():
     model, batch = small_model(), padded_batch()
     inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])

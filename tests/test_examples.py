@@ -45,6 +45,8 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     rows = json.loads((out / "results.json").read_text())
     assert [(row["decoding"]) for row in rows] == ["beam 4, length penalty 0.8", "greedy"] * 2
     assert rows[0]["model"].startswith("average of the last 3 checkpoints (steps 4-6)")
+    assert all(0 <= row["bleu_bp"] <= 1 and 0 <= row["bleu_lc_moses"] <= 100 for row in rows)
+    assert "|moses:de|" in rows[0]["bleu_lc_moses_signature"]
     # The shared model decodes as its results were measured: pipeline() and the card read its generation config.
     assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == 0.8
     assert GenerationConfig.from_pretrained(out / "checkpoint-6").length_penalty == 0.6
@@ -66,6 +68,53 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     # computed from the checkpoints at the validation steps (3 and 6) after training.
     assert any("eval_loss" in entry for entry in history) and not any("eval_bleu" in entry for entry in history)
     assert [step for step, _ in json.loads((out / "validation_bleu.json").read_text())] == [3, 6]
+
+
+def fake_results(run_dir: Path, bleu: float, chrf: float, bp: float, lc_moses: float | None = None) -> None:
+    """A run folder with the results.json the recipe writes: the averaged model with beam search first."""
+    best = dict(model="average of the last 20 checkpoints (steps 5100-7000)", decoding="beam 4, length penalty 1",
+                bleu=bleu, chrf=chrf, bleu_bp=bp, **({} if lc_moses is None else dict(bleu_lc_moses=lc_moses)))
+    greedy = dict(best, decoding="greedy", bleu=1.0, chrf=2.0, bleu_bp=0.5)
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps([best, greedy]))
+
+
+def test_multi30k_recipe_runs_each_seed_then_sums_them_up(tmp_path, monkeypatch, capsys):
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    scores = {0: (39.0, 63.0, 0.95, 41.0), 1: (40.0, 63.5, 0.975, 42.5), 2: (41.5, 64.5, 1.0, 43.0)}
+    runs = []
+
+    def made_up_run(args, limit):  # no training: the results a run would write
+        runs.append((args.seed, args.output_dir))
+        fake_results(args.output_dir, *scores[args.seed])
+
+    monkeypatch.setitem(recipe["main"].__globals__, "run", made_up_run)
+    recipe["main"](["--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "seeds"), "--seeds", "0,1,2"])
+
+    assert runs == [(seed, tmp_path / "seeds" / f"seed-{seed}") for seed in (0, 1, 2)]
+    table = (tmp_path / "seeds" / "seeds.md").read_text()
+    assert capsys.readouterr().out == table
+    assert table.splitlines() == [
+        "test_2016_flickr, beam 4, length penalty 1, over 3 runs (seed-0, seed-1, seed-2):",
+        "",
+        "| score | mean | range | each run |",
+        "| --- | --- | --- | --- |",
+        "| sacreBLEU | 40.17 | 39.00-41.50 | 39.00, 40.00, 41.50 |",
+        "| chrF | 63.67 | 63.00-64.50 | 63.00, 63.50, 64.50 |",
+        "| BLEU (lowercased, Moses-tokenized) | 42.17 | 41.00-43.00 | 41.00, 42.50, 43.00 |",
+        "| brevity penalty | 0.975 | 0.950-1.000 | 0.950, 0.975, 1.000 |",
+    ]
+
+
+def test_multi30k_seeds_table_leaves_out_a_score_some_run_lacks(tmp_path):
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    fake_results(tmp_path / "old", 39.26, 62.9, 0.98)  # from before the lowercased Moses-tokenized BLEU
+    fake_results(tmp_path / "new", 39.94, 63.45, 0.99, lc_moses=41.0)
+
+    table = recipe["seeds_table"]([tmp_path / "old", tmp_path / "new"])
+
+    assert "| sacreBLEU | 39.60 | 39.26-39.94 | 39.26, 39.94 |" in table
+    assert "Moses" not in table and "| brevity penalty | 0.985 | 0.980-0.990 | 0.980, 0.990 |" in table
 
 
 def test_multi30k_recipe_reads_train_options_spelled_either_way():

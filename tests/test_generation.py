@@ -348,3 +348,57 @@ def test_a_minimum_length_beyond_source_plus_n_wins_and_the_output_still_ends_wi
     generated = out[0, 1:].tolist()
     assert generated.index(EOS) == 8  # the 9th generated token: the first one min_new_tokens allows to be </s>
     assert tiny_model.config.pad_token_id not in generated[:8]
+
+
+# --- The static cache (compiled decoding's) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_static_cache_gives_the_default_caches_tokens(tiny_model, batch, num_beams):
+    """cache_implementation="static": the same tokens and scores as the default cache, at a forced length and with
+    section 6.1's source + 50 limit (the paper's defaults otherwise)."""
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
+                  return_dict_in_generate=True, output_scores=True)
+    for lengths in (dict(min_new_tokens=30, max_new_tokens=30), {}):
+        dynamic = tiny_model.generate(**inputs, **lengths)
+        static = tiny_model.generate(**inputs, **lengths, cache_implementation="static")
+        assert torch.equal(static.sequences, dynamic.sequences)
+        torch.testing.assert_close(torch.stack(static.scores), torch.stack(dynamic.scores), atol=1e-4, rtol=1e-4)
+
+
+def test_sampling_with_a_static_cache_draws_the_default_caches_tokens(tiny_model, batch):
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=True, num_beams=1,
+                  top_k=10, min_new_tokens=20, max_new_tokens=20)
+    torch.manual_seed(0)
+    dynamic = tiny_model.generate(**inputs)
+    torch.manual_seed(0)
+    static = tiny_model.generate(**inputs, cache_implementation="static")
+    assert static.shape == (2, 21) and torch.equal(static, dynamic)
+
+
+def test_beam_search_reorders_a_static_cache_in_place(tiny_model, batch, monkeypatch):
+    """A compiled step (or a CUDA graph) keeps the static cache's tensors' addresses: reordering copies into them."""
+    model_class = type(tiny_model)
+    ours = model_class._reorder_cache
+    kept = []
+
+    def watched(self, cache, beam_idx):
+        layers = cache.self_attention_cache.layers
+        before = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in layers]
+        cache = ours(self, cache, beam_idx)
+        kept.append(before == [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in layers])
+        return cache
+
+    monkeypatch.setattr(model_class, "_reorder_cache", watched)
+    tiny_model.generate(input_ids=batch["input_ids"], num_beams=4, min_new_tokens=6, max_new_tokens=6,
+                        cache_implementation="static")
+    assert len(kept) >= 5 and all(kept)
+
+
+def test_a_static_cache_takes_positions_beyond_the_precomputed_sinusoids(tiny_model, batch):
+    forced = dict(input_ids=batch["input_ids"], num_beams=1, min_new_tokens=12, max_new_tokens=12)
+    expected = tiny_model.generate(**forced)
+    positions = tiny_model.model.decoder.embed_positions
+    positions.table = positions.table[:4]  # positions 4 and on come from a table computed for the cache's length
+    assert torch.equal(tiny_model.generate(**forced, cache_implementation="static"), expected)
+    assert torch.equal(tiny_model.generate(**forced), expected)

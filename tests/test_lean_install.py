@@ -14,6 +14,7 @@ OPTIONAL_PACKAGES = [
     "ctranslate2",
     "matplotlib",
     "num2words",
+    "sacremoses",
     "tensorboard",
     "datasets",
     "accelerate",
@@ -107,6 +108,11 @@ def test_core_features_work_without_the_optional_packages(tmp_path):
     assert report["translate"] == [*report["translate_lines"], ""]
     assert report["translate"][0] and report["translate"][1] == ""
     assert report["evaluate"][0].startswith("BLEU = ") and report["evaluate"][2].startswith("chrF2 = ")
+    # The lowercased Moses-tokenized BLEU needs sacremoses: evaluate says so and which extra brings it.
+    assert report["evaluate"][4:] == [
+        "BLEU (lowercased, Moses-tokenized): not computed, sacremoses is not installed; it comes with the train extra: "
+        "pip install 'vanilla-transformer[train]'"
+    ]
     assert report["loaded"] == []
     # A feature of a missing extra: status 2 and one line naming the extra to install.
     for command, extra in (("export-ct2", "ct2"), ("translate --backend ct2", "ct2"), ("train", "train")):

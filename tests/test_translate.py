@@ -2,6 +2,7 @@
 outputs are restricted to lowercase letters and spaces, so that every translation is readable text that tells its input
 apart."""
 
+import argparse
 import gzip
 import io
 import subprocess
@@ -14,7 +15,8 @@ import torch
 from conftest import tiny_config_for
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import main
+from vanilla_transformer.cli import _target_lang, main
+from vanilla_transformer.metrics import score_translations
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.text_files import InvalidUTF8Error, iter_lines, read_lines
 from vanilla_transformer.translate import translate_lines
@@ -140,6 +142,17 @@ def test_warn_length_sets_the_reported_length(model_and_tokenizer, caplog):
     assert "Lines 1 (6 tokens), 4 (6 tokens) longer than 4 tokens" in caplog.text
 
 
+def test_compiled_beam_search_equals_eager_with_one_batch_shape_per_source_length(model_and_tokenizer, monkeypatch):
+    """Sources of 40, 30 and 4-15 tokens: padded to 48, 32 and 16, each batch filled up to 3 sentences."""
+    model, tokenizer = model_and_tokenizer
+    decoding = dict(batch_size=3, num_beams=4, max_new_tokens=8)
+    eager = translate_lines(model, tokenizer, LINES, **decoding)
+    batches = record_batches(model, monkeypatch)
+    assert translate_lines(model, tokenizer, LINES, **decoding, compile=True) == eager
+    assert batches == [(3, 48), (3, 32), (3, 16), (3, 16)]
+    assert "forward" not in vars(model)
+
+
 # --- read_lines ----------------------------------------------------------------------------------------------------
 
 
@@ -185,6 +198,16 @@ def test_translate_command_reads_stdin_and_writes_stdout(model_dir, one_by_one, 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(LINES[:4]).encode())))
     main(["translate", "--model", str(model_dir), *DECODING_FLAGS])
     assert capsys.readouterr().out == "".join(f"{text}\n" for text in one_by_one[:4])
+
+
+def test_translate_command_compiles_for_the_torch_backend_only(model_dir, one_by_one, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(LINES[:4]).encode())))
+    main(["translate", "--model", str(model_dir), "--compile", *DECODING_FLAGS])
+    assert capsys.readouterr().out == "".join(f"{text}\n" for text in one_by_one[:4])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(model_dir), "--compile", "--backend", "ct2"])
+    assert exit_info.value.code == 2
+    assert "--compile compiles PyTorch's decoding; --backend ct2 has its own" in capsys.readouterr().err
 
 
 def test_translate_command_reports_lines_longer_than_the_tokenizer_maximum(model_dir, tmp_path, caplog, capsys):
@@ -234,7 +257,20 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(model_dir, one_by_one, tm
     assert printed[1] == f"  signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
     assert printed[2] == f"chrF2 = {chrf.score:.2f}"
     assert printed[3].startswith("  signature: nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|")
+    # The model's config names no target language: the Moses tokenizer's default, English.
+    lc_moses = score_translations(hypotheses, references, moses_lang="en")
+    assert printed[4] == lc_moses["bleu_lc_moses_report"]
+    assert printed[4].startswith(f"BLEU (lowercased, Moses-tokenized) = {lc_moses['bleu_lc_moses']:.2f} ")
+    assert printed[5] == f"  signature: {lc_moses['bleu_lc_moses_signature']}"
+    assert "|case:lc|eff:no|tok:none|" in printed[5] and "|moses:en|sacremoses:" in printed[5]
     assert hyps_file.read_text(encoding="utf-8").splitlines() == hypotheses
+
+
+def test_evaluate_tokenizes_for_the_target_language_it_is_given_or_the_models(tmp_path):
+    (tmp_path / "config.json").write_text('{"target_lang": "de"}')
+    assert _target_lang(argparse.Namespace(target_lang=None, model=str(tmp_path))) == "de"
+    assert _target_lang(argparse.Namespace(target_lang="fr", model=str(tmp_path))) == "fr"
+    assert _target_lang(argparse.Namespace(target_lang=None, model=str(tmp_path / "no-config"))) == "en"
 
 
 @pytest.mark.parametrize(

@@ -5,18 +5,21 @@ checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), 
     python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-base --size base  # a GPU
     python examples/multi30k/run.py ... --skip-training   # only the steps after training, on an existing run
     python examples/multi30k/run.py ... --lr-scale 0.5     # any `vanilla-transformer train` option overrides the size's
+    python examples/multi30k/run.py ... --seeds 0,1,2      # one run per seed, then their mean and range (seeds.md)
 
 The data folder holds Multi30k task 1 as gzip files (train.{en,de}.gz, val.*, test_2016_flickr.*), read where it is.
 Sizes: "cpu", a scaled-down model trained a fixed number of steps on 2 CPU cores in about an hour (60 minutes as a
 guard); "base", Table 3's base model for a GPU; "smoke", for the tests. Outputs in --output-dir: the run (checkpoints,
 trainer_state.json, TensorBoard logs), averaged/ (the model to share, with its card and plots), results.json,
-results.md and plots/. The recipe is described in docs/training.md; docs/experiments/multi30k.md records every run
-and why the recipe is what it is.
+results.md and plots/; with --seeds, one such run per seed in seed-N/, and seeds.md, the mean and range of their test
+scores. The recipe is described in docs/training.md; docs/experiments/multi30k.md records every run and why the recipe
+is what it is.
 """
 
 import argparse
 import gzip
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -94,8 +97,9 @@ def train_run(args, data: Path, limit: int | None):
 def evaluate(model_dir: Path, sources: list[str], references: list[str], num_beams: int, **generate_kwargs) -> dict:
     translate = torch_translator(model_dir)  # on CUDA when available
     hypotheses = translate(sources, batch_size=64, num_beams=num_beams, **generate_kwargs)
-    scores = score_translations(hypotheses, references)
-    return dict(**{key: scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+    scores = score_translations(hypotheses, references, moses_lang="de")
+    return dict(**{key: scores[key] for key in ("bleu", "chrf", "bleu_bp", "bleu_lc_moses", "bleu_signature",
+                                                 "chrf_signature", "bleu_lc_moses_signature")},
                 hypotheses=hypotheses)
 
 
@@ -140,32 +144,8 @@ def plot_training(run_dir: Path, out: Path, validation_bleu: list[tuple[int, flo
     plt.close(figure)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     epilog="Any other option is `vanilla-transformer train`'s and overrides the "
-                                            "size's (e.g. --dropout 0.15, --d_model 384).")
-    parser.add_argument("--data-dir", type=Path, required=True, help="The Multi30k folder (read, never copied).")
-    parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--size", choices=["cpu", "base", "smoke"], default="cpu")
-    parser.add_argument("--eval-steps", type=int, default=400,
-                        help="Validation loss every N steps, and the steps of the validation BLEU curve (400).")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--average-last", type=int,
-                        help="Average the last N checkpoints (default: see AFTER_TRAINING).")
-    parser.add_argument("--length-penalty", type=float,
-                        help="Beam search's length penalty alpha, saved in the averaged model's generation config "
-                             "(default: see AFTER_TRAINING).")
-    parser.add_argument("--skip-training", action="store_true", help="Only average, evaluate, plot and write the card.")
-    parser.add_argument("--rescore-validation", action="store_true",
-                        help="Recompute the validation BLEU curve from the checkpoints every --eval-steps steps "
-                             "(saved as validation_bleu.json) even when training logged it (--size base does).")
-    args, overrides = parser.parse_known_args(argv)
-    args.train_flags = [*SIZES[args.size], *overrides]  # the later of two values wins
-    for name, value in AFTER_TRAINING.get(args.size, PAPER_AFTER_TRAINING).items():
-        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
-    limit = 40 if args.size == "smoke" else None
-    if args.size == "smoke":
-        args.eval_steps = 3
+def run(args, limit: int | None):
+    """Train (unless --skip-training), average, evaluate, plot and write the card of one run, in args.output_dir."""
     if not args.skip_training:
         train_run(args, args.data_dir, limit)
 
@@ -187,14 +167,18 @@ def main(argv=None):
             beam_kwargs = dict(length_penalty=args.length_penalty) if num_beams > 1 else {}
             result = evaluate(model_dir, sources, references, num_beams, **beam_kwargs, **smoke_lengths)
             rows.append(dict(model=name, decoding=decoding, **result))
-            print(f"{name}, {decoding}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}", flush=True)
+            print(f"{name}, {decoding}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
+                  f"BLEU (lowercased, Moses-tokenized) {result['bleu_lc_moses']:.2f}", flush=True)
     best = rows[0]  # the averaged model with beam search: the one to share
     (run_dir / "results.json").write_text(json.dumps([{k: v for k, v in row.items() if k != "hypotheses"}
                                                       for row in rows], indent=2) + "\n")
-    table = ["| model | decoding | BLEU | chrF |", "| --- | --- | --- | --- |"]
-    table += [f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} |" for row in rows]
+    table = ["| model | decoding | BLEU | chrF | BLEU (lowercased, Moses-tokenized) |",
+             "| --- | --- | --- | --- | --- |"]
+    table += [f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} | "
+              f"{row['bleu_lc_moses']:.2f} |" for row in rows]
     (run_dir / "results.md").write_text("\n".join(table) + f"\n\nSignatures: BLEU `{best['bleu_signature']}`, "
-                                        f"chrF `{best['chrf_signature']}`.\n")
+                                        f"chrF `{best['chrf_signature']}`, lowercased Moses-tokenized BLEU "
+                                        f"`{best['bleu_lc_moses_signature']}`.\n")
 
     validation_bleu = None
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
@@ -235,6 +219,68 @@ def main(argv=None):
     (run_dir / "card_results.json").write_text(json.dumps(card_results, indent=2, ensure_ascii=False) + "\n")
     write_model_card(averaged, averaged / "README.md", card_results, run_dir=run_dir)
     print(f"model card: {averaged / 'README.md'}; results: {run_dir / 'results.md'}; plots: {plots}")
+
+
+# The test scores summed up over seeds, with their names and decimals.
+SEED_METRICS = {"bleu": ("sacreBLEU", 2), "chrf": ("chrF", 2),
+                "bleu_lc_moses": ("BLEU (lowercased, Moses-tokenized)", 2), "bleu_bp": ("brevity penalty", 3)}
+
+
+def seeds_table(run_dirs: list[Path]) -> str:
+    """The mean and range (min-max) over runs of the shared model's test scores (the first row of each run's
+    results.json: the averaged model with beam search), as a Markdown table; a score some run lacks is left out."""
+    results = [json.loads((run_dir / "results.json").read_text())[0] for run_dir in run_dirs]
+    lines = [f"test_2016_flickr, {results[0]['decoding']}, over {len(run_dirs)} runs "
+             f"({', '.join(run_dir.name for run_dir in run_dirs)}):", "",
+             "| score | mean | range | each run |", "| --- | --- | --- | --- |"]
+    for key, (name, decimals) in SEED_METRICS.items():
+        if all(key in result for result in results):
+            values = [result[key] for result in results]
+            mean, low, high = statistics.mean(values), min(values), max(values)
+            each = ", ".join(f"{value:.{decimals}f}" for value in values)
+            lines.append(f"| {name} | {mean:.{decimals}f} | {low:.{decimals}f}-{high:.{decimals}f} | {each} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                     epilog="Any other option is `vanilla-transformer train`'s and overrides the "
+                                            "size's (e.g. --dropout 0.15, --d_model 384).")
+    parser.add_argument("--data-dir", type=Path, required=True, help="The Multi30k folder (read, never copied).")
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--size", choices=["cpu", "base", "smoke"], default="cpu")
+    parser.add_argument("--eval-steps", type=int, default=400,
+                        help="Validation loss every N steps, and the steps of the validation BLEU curve (400).")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0)
+    seeds.add_argument("--seeds", type=lambda text: [int(seed) for seed in text.split(",")], metavar="0,1,2",
+                       help="One run per seed, each in OUTPUT_DIR/seed-N, then the mean and range of their test "
+                            "scores in OUTPUT_DIR/seeds.md.")
+    parser.add_argument("--average-last", type=int,
+                        help="Average the last N checkpoints (default: see AFTER_TRAINING).")
+    parser.add_argument("--length-penalty", type=float,
+                        help="Beam search's length penalty alpha, saved in the averaged model's generation config "
+                             "(default: see AFTER_TRAINING).")
+    parser.add_argument("--skip-training", action="store_true", help="Only average, evaluate, plot and write the card.")
+    parser.add_argument("--rescore-validation", action="store_true",
+                        help="Recompute the validation BLEU curve from the checkpoints every --eval-steps steps "
+                             "(saved as validation_bleu.json) even when training logged it (--size base does).")
+    args, overrides = parser.parse_known_args(argv)
+    args.train_flags = [*SIZES[args.size], *overrides]  # the later of two values wins
+    for name, value in AFTER_TRAINING.get(args.size, PAPER_AFTER_TRAINING).items():
+        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
+    limit = 40 if args.size == "smoke" else None
+    if args.size == "smoke":
+        args.eval_steps = 3
+    if args.seeds is None:
+        run(args, limit)
+        return
+    run_dirs = [args.output_dir / f"seed-{seed}" for seed in args.seeds]
+    for seed, run_dir in zip(args.seeds, run_dirs):
+        run(argparse.Namespace(**{**vars(args), "seed": seed, "output_dir": run_dir}), limit)
+    table = seeds_table(run_dirs)
+    (args.output_dir / "seeds.md").write_text(table)
+    print(table, end="")
 
 
 if __name__ == "__main__":

@@ -166,6 +166,12 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", type=_device, help="cpu, cuda, cuda:1, ... (default: cuda when available).")
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="torch", help="What runs the model.")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="With --backend torch: decode with a static cache and a torch.compile'd decoding step (the first batches "
+        "of each source length wait for compilation; docs/decoding.md).",
+    )
 
 
 def _translator(args: argparse.Namespace):
@@ -175,6 +181,8 @@ def _translator(args: argparse.Namespace):
     from .backends import BACKENDS
 
     torch_backend = args.backend == "torch"
+    if args.compile and not torch_backend:
+        raise UserError(f"--compile compiles PyTorch's decoding; --backend {args.backend} has its own")
     # An export-ct2 folder holds model.bin, not transformers weights: the ct2 backend says what a folder lacks.
     check_model(args.model, config=torch_backend, weights=torch_backend, hub=torch_backend)
     if torch_backend and args.device and torch.device(args.device).type == "cuda":
@@ -186,6 +194,8 @@ def _translator(args: argparse.Namespace):
     options = dict(batch_size=args.batch_size, num_beams=args.num_beams)
     if args.max_new_tokens is not None:
         options["max_new_tokens"] = args.max_new_tokens
+    if args.compile:
+        options["compile"] = True
     return functools.partial(translate, **options)
 
 
@@ -237,13 +247,14 @@ def translate_command(argv: list[str]) -> None:
 
 def evaluate_command(argv: list[str]) -> None:
     from .backends import InputTooLongError
-    from .metrics import score_translations
+    from .metrics import LC_MOSES_BLEU_NAME, score_translations
     from .text_files import output_file
 
     parser = argparse.ArgumentParser(
         prog="vanilla-transformer evaluate",
         description="Translate a source file and score it against its references with sacreBLEU: BLEU and chrF, "
-        "each with its signature.",
+        "each with its signature, and BLEU on lowercased, Moses-tokenized text (with the train extra) as Multi30k "
+        "papers report it.",
     )
     _decoding_arguments(parser)
     parser.add_argument("--src", required=True, metavar="FILE", help="Source sentences, one a line (.gz read as gzip).")
@@ -251,6 +262,12 @@ def evaluate_command(argv: list[str]) -> None:
         "--ref", required=True, metavar="FILE", help="Reference translations, aligned with --src line by line."
     )
     parser.add_argument("--output-hyps", metavar="FILE", help="Also write the translations to this file.")
+    parser.add_argument(
+        "--target-lang",
+        metavar="LANG",
+        help="Language of the references, for the Moses tokenizer of the lowercased BLEU (default: the model "
+        "config's target_lang, else en).",
+    )
     args = parser.parse_args(argv)
     check_output_file(args.output_hyps)
     sources, references = _read_lines(args.src), _read_lines(args.ref)
@@ -269,9 +286,28 @@ def evaluate_command(argv: list[str]) -> None:
     if args.output_hyps:
         with output_file(args.output_hyps) as file:
             file.writelines(_one_line(hypothesis) for hypothesis in hypotheses)
-    scores = score_translations(hypotheses, references)
+    try:
+        scores = score_translations(hypotheses, references, moses_lang=_target_lang(args))
+    except MissingExtraError as missing:  # the core install: sacreBLEU's scores only
+        scores = score_translations(hypotheses, references)
+        scores["bleu_lc_moses_report"] = f"{LC_MOSES_BLEU_NAME}: not computed, {missing}"
     print(f"{scores['bleu_report']}\n  signature: {scores['bleu_signature']}")
     print(f"{scores['chrf_report']}\n  signature: {scores['chrf_signature']}")
+    print(scores["bleu_lc_moses_report"])
+    if "bleu_lc_moses_signature" in scores:
+        print(f"  signature: {scores['bleu_lc_moses_signature']}")
+
+
+def _target_lang(args: argparse.Namespace) -> str:
+    """The language of evaluate's references: --target-lang, else the model config's `target_lang`, else English."""
+    from transformers import PretrainedConfig
+
+    if args.target_lang:
+        return args.target_lang
+    try:  # an export-ct2 folder carries no target_lang
+        return PretrainedConfig.get_config_dict(args.model)[0].get("target_lang") or "en"
+    except (OSError, ValueError):
+        return "en"
 
 
 def plot_attention_command(argv: list[str]) -> None:

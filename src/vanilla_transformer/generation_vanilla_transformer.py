@@ -8,7 +8,7 @@ from contextvars import ContextVar
 
 import torch
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
-from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.cache_utils import Cache, EncoderDecoderCache, StaticCache
 
 from .input_checks import check_attention_mask
 
@@ -179,11 +179,16 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         """Beam search's hook to keep the cache of the hypotheses it extends (`beam_idx` picks, for every row, a row of
         the same sentence). Only the self-attention cache differs between hypotheses; the encoder-decoder attention's
         keys and values are those of the sentence, the same in all its rows, so they stay where they are instead of
-        being copied at every step."""
-        if isinstance(cache, EncoderDecoderCache):
-            cache.self_attention_cache.reorder_cache(beam_idx)
+        being copied at every step. A static cache is reordered in place, its filled positions only: a compiled
+        decoding step (or a CUDA graph) keeps the addresses of its tensors."""
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if isinstance(self_attention_cache, StaticCache):
+            filled = int(self_attention_cache.get_seq_length())
+            for layer in self_attention_cache.layers:
+                for states in (layer.keys, layer.values) if layer.is_initialized else ():
+                    states[:, :, :filled] = states[:, :, :filled].index_select(0, beam_idx)
         else:
-            cache.reorder_cache(beam_idx)
+            self_attention_cache.reorder_cache(beam_idx)
         return cache
 
     def _update_finished_beams(self, **state):

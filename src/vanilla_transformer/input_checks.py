@@ -52,7 +52,10 @@ def check_feature_token_ids(features: Sequence[dict], vocab_size: int) -> None:
 
 def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, ...], name: str, of: str) -> None:
     """A (batch, length) mask holds one value per token of `of`, whose tokens have `shape`: a mask of another shape
-    would be broadcast, or ignored when it is all ones. Masks of other ranks (transformers' prepared 4D masks) pass."""
+    would be broadcast, or ignored when it is all ones. Masks of other ranks (transformers' prepared 4D masks) pass, and
+    so does every mask inside a compiled graph, where a static cache's length is a tensor that comparing would read."""
+    if is_torchdynamo_compiling():
+        return
     if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != tuple(shape):
         raise ValueError(
             f"`{name}` has shape {tuple(attention_mask.shape)} but `{of}` has shape {tuple(shape)}: give one mask "

@@ -52,32 +52,31 @@ def sinusoidal_position_encoding(num_positions: int, d_model: int) -> torch.Tens
 
 class SinusoidalPositionalEncoding(nn.Module):
     """Section 3.5: fixed positions for inputs of any length. The first `cached_positions` rows are kept as a
-    non-persistent buffer (never stored in a checkpoint); longer inputs get a table computed for their length."""
+    non-persistent buffer (never stored in a checkpoint) and indexed with tensor positions, so that a decoding step
+    never reads its position back to the host; `num_positions` beyond them get a table computed for that length."""
 
     def __init__(self, d_model: int, cached_positions: int = 1024):
         super().__init__()
         self.d_model = d_model
         self.register_buffer("table", sinusoidal_position_encoding(cached_positions, d_model), persistent=False)
 
-    def forward(self, seq_len: int, past_len: int = 0) -> torch.Tensor:
-        end = past_len + seq_len
+    def forward(self, position_ids: torch.Tensor, num_positions: int) -> torch.Tensor:
         table = self.table
-        if end > table.shape[0]:
-            table = sinusoidal_position_encoding(end, self.d_model).to(table)
-        return table[past_len:end]  # (seq_len, d_model)
+        if num_positions > table.shape[0]:
+            table = sinusoidal_position_encoding(num_positions, self.d_model).to(table)
+        return table[position_ids]  # (seq_len, d_model)
 
 
 class LearnedPositionalEmbedding(nn.Embedding):
     """Table 3 row (E): learned positions instead of sinusoids, up to `max_position_embeddings`."""
 
-    def forward(self, seq_len: int, past_len: int = 0) -> torch.Tensor:
-        end = past_len + seq_len
-        if end > self.num_embeddings:
+    def forward(self, position_ids: torch.Tensor, num_positions: int) -> torch.Tensor:
+        if num_positions > self.num_embeddings:
             raise ValueError(
-                f"Sequence of {end} positions is longer than max_position_embeddings={self.num_embeddings} of the "
-                "learned position table; use position_embedding_type='sinusoidal' for inputs of any length."
+                f"Sequence of {num_positions} positions is longer than max_position_embeddings={self.num_embeddings} "
+                "of the learned position table; use position_embedding_type='sinusoidal' for inputs of any length."
             )
-        return self.weight[past_len:end]  # (seq_len, d_model)
+        return super().forward(position_ids)  # (seq_len, d_model)
 
 
 def build_positional_encoding(config: VanillaTransformerConfig) -> nn.Module:
@@ -98,18 +97,25 @@ def apply_dropout(x: torch.Tensor, p: float, training: bool, config: VanillaTran
 # --- 3.4 Embeddings ----------------------------------------------------------------------------------------------
 
 
-def embed_with_positions(stack: nn.Module, input_ids, inputs_embeds, past_len: int, name: str) -> torch.Tensor:
+def embed_with_positions(
+    stack: nn.Module, input_ids, inputs_embeds, name: str, past_len=0, num_positions=None, check_ids=True
+) -> torch.Tensor:
     """Section 3.4-3.5 and 5.4: Dropout(Embedding(x) * sqrt(d_model) + PE), shared by the encoder and the decoder.
-    `inputs_embeds`, when given, is the embedding lookup itself (`model.get_input_embeddings()(ids)`)."""
+    `inputs_embeds`, when given, is the embedding lookup itself (`model.get_input_embeddings()(ids)`). The tokens
+    follow `past_len` cached ones (a 0-dim tensor for a static cache); `num_positions`, a Python int, bounds their
+    positions (default: `past_len + seq_len`)."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
     if inputs_embeds is None:
-        # Checking reads the ids back to the host: not on cached decoding steps (the model's own predictions), nor in
-        # training, whose ids the data collator checks on the CPU (training.TokenIdCheckingCollator).
-        if past_len == 0 and not stack.training:
+        # Checking reads the ids back to the host: not on cached decoding steps (`check_ids=False`: the model's own
+        # predictions), nor in training, whose ids the data collator checks on the CPU (TokenIdCheckingCollator).
+        if check_ids and not stack.training:
             check_token_ids(input_ids, stack.embed_tokens.num_embeddings, name)
         inputs_embeds = stack.embed_tokens(input_ids)
-    positions = stack.embed_positions(inputs_embeds.shape[1], past_len).to(inputs_embeds.dtype)
+    seq_len = inputs_embeds.shape[1]
+    position_ids = torch.arange(seq_len, device=inputs_embeds.device) + past_len
+    num_positions = past_len + seq_len if num_positions is None else num_positions
+    positions = stack.embed_positions(position_ids, num_positions).to(inputs_embeds.dtype)
     hidden_states = inputs_embeds * stack.embed_scale + positions
     return apply_dropout(hidden_states, stack.dropout, stack.training, stack.config)
 
@@ -310,6 +316,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
+    _can_compile_fullgraph = True  # cached decoding steps: tests/test_compile.py
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = True, **kwargs):
@@ -382,7 +389,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        hidden_states = embed_with_positions(self, input_ids, inputs_embeds, past_len=0, name="input_ids")
+        hidden_states = embed_with_positions(self, input_ids, inputs_embeds, name="input_ids")
         check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask", of="input_ids")
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -433,8 +440,15 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        # A static cache counts its tokens in a tensor, so that a compiled step needs no host read and no new graph per
+        # position: its capacity, a Python int, then bounds the positions.
         past_len = cache.get_seq_length() if cache is not None else 0
-        hidden_states = embed_with_positions(self, input_ids, inputs_embeds, past_len, name="decoder_input_ids")
+        num_positions = None if isinstance(past_len, int) else cache.get_max_length()
+        # A decoding step: the encoder output's keys and values are cached and the input is the model's own prediction.
+        decoding_step = isinstance(cache, EncoderDecoderCache) and any(cache.is_updated.values())
+        hidden_states = embed_with_positions(
+            self, input_ids, inputs_embeds, "decoder_input_ids", past_len, num_positions, check_ids=not decoding_step
+        )
         batch_size, length = hidden_states.shape[:2]
         mask_shape = (batch_size, past_len + length)  # cached tokens included
         check_attention_mask(attention_mask, mask_shape, "decoder_attention_mask", of="decoder_input_ids")

@@ -4,6 +4,7 @@ length, a chunk at a time. `tokenize_lines` is the first step of every backend (
 PyTorch or CTranslate2 for `vanilla-transformer translate` and `evaluate`).
 """
 
+import contextlib
 import itertools
 import logging
 import sys
@@ -14,6 +15,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .batching import length_sorted_batches
+from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, compiled_decoding
 
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ def translate_lines(
     warn_length: int | None = None,
     show_progress: bool | None = None,
     first_line: int = 1,
+    compile: bool = False,
     **generate_kwargs,
 ) -> list[str]:
     """
@@ -45,6 +48,12 @@ def translate_lines(
     `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, ...) go to `generate()`; left out, the
     model's generation config decides. The model runs in eval mode under `torch.inference_mode()`, on its own device.
     A tqdm bar counts the sentences when `show_progress` (default: when standard error is a terminal).
+
+    `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`), for greedy search,
+    sampling and beam search. Sources are padded to a multiple of 16 tokens and batched within those lengths, and a
+    batch short of sentences is filled up with copies of its first one, so that a file compiles one step per length
+    (and decoding setting), reused by all its batches and by later calls. The first batch of each length waits for its
+    compilation; translations are those of eager decoding up to floating-point rounding.
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
@@ -56,12 +65,26 @@ def translate_lines(
         generate_kwargs["num_beams"] = num_beams
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
 
+    if compile:
+        generate_kwargs.update(GENERATE_KWARGS)
+        batches = _compiled_decoding_batches(lengths, batch_size, max_tokens)
+    else:
+        batches = [(batch, len(batch)) for batch in length_sorted_batches(lengths, max_tokens, batch_size)]
+
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
-            for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size):
-                padded = tokenizer.pad({"input_ids": [input_ids[k] for k in batch]}, return_tensors="pt")
+        with (
+            torch.inference_mode(),
+            compiled_decoding(model) if compile else contextlib.nullcontext(),
+            tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar,
+        ):
+            for batch, rows in batches:
+                sources = [input_ids[k] for k in batch]
+                sources += sources[:1] * (rows - len(batch))
+                padded = tokenizer.pad(
+                    {"input_ids": sources}, pad_to_multiple_of=SOURCE_BUCKET if compile else None, return_tensors="pt"
+                )
                 outputs = model.generate(**padded.to(model.device), **generate_kwargs)
                 for k, text in zip(batch, tokenizer.batch_decode(outputs, skip_special_tokens=True)):
                     translations[to_translate[k]] = text.strip()
@@ -69,6 +92,20 @@ def translate_lines(
     finally:
         model.train(was_training)
     return translations
+
+
+def _compiled_decoding_batches(lengths: list[int], batch_size: int, max_tokens: int | None):
+    """`(batch, rows)` pairs for compiled decoding: each batch holds sources of one bucketed length and is padded to
+    `rows` sentences, a full batch's; batches of one length give one shape. The longest sentence comes first: its
+    batch sizes the static cache for all the others (transformers keeps the longest cache it has made)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable: ties keep input order
+    widths = [bucket_length(lengths[index]) for index in order]  # already sorted, longest first
+    batches = []
+    for batch in length_sorted_batches(widths, max_tokens, max_sentences=batch_size, same_length=True):
+        width = widths[batch[0]]
+        rows = min(batch_size, max(1, max_tokens // width)) if max_tokens else batch_size
+        batches.append(([order[position] for position in batch], rows))
+    return batches
 
 
 def tokenize_lines(

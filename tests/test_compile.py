@@ -1,0 +1,72 @@
+"""Compiled decoding: a cached decoding step on a static cache compiles with `fullgraph=True` (no graph break) into one
+graph reused at every position, and gives eager's logits; `generate()` inside `compiled_decoding` gives eager's tokens
+in greedy and beam search, call after call, with one compiled graph per shape."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._dynamo.utils import counters
+from transformers.cache_utils import EncoderDecoderCache, StaticCache
+
+from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, bucket_length, compiled_decoding, default_mode
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Graphs compiled by another test (same model class and shapes) would hide a compilation from the counts."""
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def static_cache(config, max_length: int, source_length: int) -> EncoderDecoderCache:
+    return EncoderDecoderCache(
+        StaticCache(config=config, max_cache_len=max_length), StaticCache(config=config, max_cache_len=source_length)
+    )
+
+
+def test_a_cached_decoding_step_compiles_without_graph_breaks_and_equals_eager(tiny_model, batch):
+    source = dict(attention_mask=batch["attention_mask"])
+    targets = batch["decoder_input_ids"][:1].repeat(2, 1)  # unpadded: the step takes no decoder mask, as in generate()
+    with torch.no_grad():
+        full = tiny_model(input_ids=batch["input_ids"], **source, decoder_input_ids=targets).logits
+        source["encoder_outputs"] = tiny_model.get_encoder()(input_ids=batch["input_ids"], **source)
+        cache = static_cache(tiny_model.config, max_length=8, source_length=batch["input_ids"].shape[1])
+        # The first step runs eagerly: it allocates the static cache and projects the encoder output into it.
+        tiny_model(**source, decoder_input_ids=targets[:, :1], cache=cache, use_cache=True)
+
+        counter = CompileCounterWithBackend("inductor")
+        step = torch.compile(tiny_model.forward, backend=counter, fullgraph=True, dynamic=False)
+        for position in range(1, targets.shape[1]):
+            out = step(**source, decoder_input_ids=targets[:, position : position + 1], cache=cache, use_cache=True)
+            torch.testing.assert_close(out.logits[:, 0], full[:, position], atol=1e-5, rtol=1e-5)
+    assert counter.frame_count == 1  # one graph, for every position: the position is a tensor, not a constant
+    assert int(cache.get_seq_length()) == targets.shape[1]
+
+
+def bucketed(input_ids: torch.Tensor) -> dict:
+    """Sources padded (with id 0) to the next multiple of 16 tokens, as translate_lines(compile=True) pads them."""
+    padding = (0, bucket_length(input_ids.shape[1]) - input_ids.shape[1])
+    return dict(input_ids=F.pad(input_ids, padding), attention_mask=F.pad(torch.ones_like(input_ids), padding))
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generate_with_compiled_steps_gives_eagers_tokens_call_after_call(tiny_model, num_beams):
+    """Two calls of the same shapes (the second reuses the first's graph) and a third of another source length."""
+    generator = torch.Generator().manual_seed(3)
+    sources = [torch.randint(4, 128, (3, length), generator=generator) for length in (9, 11, 20)]
+    forced = dict(num_beams=num_beams, min_new_tokens=10, max_new_tokens=10)
+    eager = [tiny_model.generate(input_ids=ids, **forced) for ids in sources]
+    with torch.inference_mode(), compiled_decoding(tiny_model, mode="default"):
+        compiled = [tiny_model.generate(**bucketed(ids), **forced, **GENERATE_KWARGS) for ids in sources]
+    for eager_tokens, compiled_tokens in zip(eager, compiled):
+        assert torch.equal(compiled_tokens, eager_tokens)
+    assert counters["stats"]["unique_graphs"] == 2  # sources of 9 and 11 tokens share the 16-token graph
+    assert "forward" not in vars(tiny_model)  # the eager forward is back
+
+
+def test_the_default_mode_uses_cuda_graphs_on_a_gpu_only():
+    assert default_mode("cuda:0") == "reduce-overhead"
+    assert default_mode("cpu") == "default"
