@@ -283,16 +283,17 @@ def compiled_main(args):
     if accepts_length_penalty_type(models["ours"], batches[args.batch_sizes[0]][0]):
         extra["ours"]["length_penalty_type"] = "transformers"
 
-    def run(engine, beams, batch_size):
-        """Seconds to decode every batch of the cell with `engine`, and the tokens it generated."""
+    def run(engine, beams, batch_size, limit=None):
+        """Seconds to decode the cell's batches (the first `limit`) with `engine`, and the tokens it generated."""
         if engine == "ours_ct2":
-            return ct2_decode_all(translator, token_batches[batch_size], beams, args.new_tokens, args.length_penalty)
+            chosen = token_batches[batch_size][:limit]
+            return ct2_decode_all(translator, chosen, beams, args.new_tokens, args.length_penalty)
         name = engine.removesuffix("_compiled")
         generate_kwargs = {**forced_length_kwargs(beams, args.new_tokens, args.length_penalty), **extra[name]}
         if engine == name:
-            return decode_all(models[name], batches[batch_size], generate_kwargs)
+            return decode_all(models[name], batches[batch_size][:limit], generate_kwargs)
         with compiled_decoding(models[name], mode):
-            return decode_all(models[name], bucketed[batch_size], {**generate_kwargs, **GENERATE_KWARGS})
+            return decode_all(models[name], bucketed[batch_size][:limit], {**generate_kwargs, **GENERATE_KWARGS})
 
     failed = {}  # engine -> the error that stopped it (a compiled Marian that does not compile)
     results = []
@@ -306,10 +307,13 @@ def compiled_main(args):
         for engine in engines:
             try:
                 if engine.endswith("_compiled"):  # every batch once: every shape of the cell compiles here
-                    first_pass[engine] = run(engine, beams, batch_size)[0]
+                    before = compile_counts()
+                    elapsed = run(engine, beams, batch_size)[0]
+                    graphs, breaks = (after - earlier for after, earlier in zip(compile_counts(), before))
+                    first_pass[engine] = dict(first_pass_s=elapsed, graphs=graphs, graph_breaks=breaks)
                 else:
                     for _ in range(args.warmup):
-                        run(engine, beams, batch_size)
+                        run(engine, beams, batch_size, limit=1)
             except Exception as error:  # reported in the table, the other engines go on
                 failed[engine] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
             progress.update()
@@ -322,9 +326,10 @@ def compiled_main(args):
                 rates[engine].append(tokens[engine] / elapsed)
                 progress.update()
         stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in engines}
-        for engine, elapsed in first_pass.items():
+        for engine, compilation in first_pass.items():
             if engine in stats:
-                stats[engine].update(first_pass_s=elapsed, compile_s=elapsed - statistics.median(seconds[engine]))
+                compile_s = compilation["first_pass_s"] - statistics.median(seconds[engine])
+                stats[engine].update(compilation, compile_s=compile_s)
         result = dict(decoding=decoding, num_beams=beams, batch_size=batch_size,
                       sentences=sum(len(batch["input_ids"]) for batch in batches[batch_size]), **stats)
         if "ours_compiled" in stats:
@@ -346,6 +351,13 @@ def compiled_main(args):
     print(compiled_report(env, settings, results))
     if args.json is not None:
         args.json.write_text(json.dumps(dict(environment=env, settings=settings, results=results), indent=2) + "\n")
+
+
+def compile_counts() -> tuple[int, int]:
+    """Graphs compiled and graph breaks met so far in this process, as torch counts them."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
 
 
 def compiled_report(env: dict, settings: dict, results: list[dict]) -> str:
@@ -388,6 +400,13 @@ def compiled_report(env: dict, settings: dict, results: list[dict]) -> str:
     ))
     for engine, error in settings["failed"].items():
         lines.append(f"\n{ENGINE_LABELS[engine]} failed: {error}")
+    counts = [
+        f"{result['decoding']}, batch {result['batch_size']}: "
+        + ", ".join(f"{ENGINE_LABELS[engine]} {result[engine]['graphs']} ({result[engine]['graph_breaks']})"
+                    for engine in compiled if engine in result)
+        for result in results
+    ]
+    lines.append("\nGraphs compiled (graph breaks) in the first pass: " + "; ".join(counts))
     for result in results:
         counts = {engine: result[engine]["generated_tokens"] for engine in engines if engine in result}
         if len(set(counts.values())) > 1:

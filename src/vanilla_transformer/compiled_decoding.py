@@ -25,8 +25,8 @@ from transformers.cache_utils import EncoderDecoderCache
 # Sources are padded to a multiple of this many tokens: one compiled step per 16 tokens of source length.
 SOURCE_BUCKET = 16
 
-# Compiled graphs a compiled function may hold while `compiled_decoding` runs: torch's default, 8, is shared by every
-# model class whose forward transformers wraps alike, and a file's shapes are a few per decoding setting.
+# Graphs torch keeps per compiled function while `compiled_decoding` runs (its default is 8): a file needs a few per
+# decoding setting, and transformers' decorators make the forwards of its models (ours, Marian's) one function.
 RECOMPILE_LIMIT = 64
 
 # The `generate()` settings of compiled decoding: a static cache, and transformers' own compilation of greedy steps
@@ -62,8 +62,8 @@ def is_decoding_step(cache) -> bool:
 def compiled_decoding(model: PreTrainedModel, mode: str | None = None) -> Iterator[PreTrainedModel]:
     """
     Inside the block, `model.generate(**inputs, **GENERATE_KWARGS)` runs its cached decoding steps through the
-    compiled forward of `model`'s class (inductor, `mode`, default `default_mode(model.device)`); calls of the model
-    outside `generate()` and steps without a static cache run eagerly, as before the block. The first call of each
+    compiled forward of `model`'s class (inductor, `mode`, default `default_mode(model.device)`); every other call of
+    the model (the first step, steps without a static cache) runs eagerly, as before the block. The first step of each
     shape compiles (seconds to minutes, once per process); up to `RECOMPILE_LIMIT` graphs are kept, and steps of
     further shapes run eagerly, with a warning from torch.
 
