@@ -194,8 +194,12 @@ def main(argv=None):
         clock = StepClock(args.device, profile)
         run = trainer(clock)
         run.train()
+        if bf16 and "forward" not in model.__dict__:  # the round trained without accelerate's autocast
+            raise RuntimeError("the Trainer's round ran without accelerate's autocast wrapper")
         run.accelerator.free_memory()
-        for name in ("forward", "_original_forward"):  # accelerate's autocast wrapper: not for the bare step
+        # Undo accelerate's preparation: its autocast wrapper is not for the bare step, and a model marked as prepared
+        # would not be wrapped again by the next round's Trainer, which would then train in float32.
+        for name in ("forward", "_original_forward", "_is_accelerate_prepared"):
             model.__dict__.pop(name, None)
         return clock
 
