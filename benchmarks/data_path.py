@@ -1,5 +1,5 @@
 """The `train` command's data path at WMT scale, simulated: a parallel corpus of up to 4.5M pairs (WMT14 En-De's size,
-section 5.1) goes through loading, tokenizer training, tokenization, length filtering, token batching and one training
+section 5.1) goes through loading, tokenizer training, tokenization with the length filter, token batching and one training
 step, each stage timed, with the peak memory (resident set of the process and its workers) reached during it.
 
 The corpus is Multi30k train resampled: each pair joins one to three Multi30k pairs (so that sentences are about as
@@ -27,12 +27,11 @@ from pathlib import Path
 from common import REPO, DEFAULT_DATA_DIR, environment, environment_lines, markdown_table, read_lines
 
 
-STAGES = ("load", "tokenizer", "tokenize", "filter", "batch", "step")
+STAGES = ("load", "tokenizer", "tokenize", "batch", "step")
 STAGE_NAMES = {
     "load": "read the files into Arrow (`load_parallel_corpus`)",
     "tokenizer": "train the shared BPE (`train_tokenizer`)",
-    "tokenize": "tokenize both sides (`datasets.map`)",
-    "filter": "drop over-long pairs (`filter_long_pairs`)",
+    "tokenize": "tokenize both sides, dropping over-long pairs (`datasets.map`)",
     "batch": "an epoch's token batches (`TokenBatchSampler`)",
     "step": "collate one batch, one training step",
 }
@@ -167,7 +166,9 @@ def run_one(args) -> dict:
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
     from vanilla_transformer.batching import TokenBatchSampler
-    from vanilla_transformer.data import default_num_proc, filter_long_pairs, load_parallel_corpus, sample_pairs
+    from vanilla_transformer.data import (
+        default_num_proc, load_parallel_corpus, pair_texts, sample_pairs
+    )
     from vanilla_transformer.tokenization import train_tokenizer
     from vanilla_transformer.training import tokenize_pairs
 
@@ -188,15 +189,14 @@ def run_one(args) -> dict:
     stage("load", lambda: load_parallel_corpus("en", "de", source_file=source_file, target_file=target_file))
     pairs = state["load"]
     sample = sample_pairs(pairs, args.tokenizer_train_pairs)  # as the train command does
-    stage("tokenizer", lambda: train_tokenizer(
-        (text for pair in sample["translation"] for text in (pair["en"], pair["de"])), vocab_size=args.vocab_size,
-        show_progress=False))
+    stage("tokenizer", lambda: train_tokenizer(pair_texts(sample, "en", "de"), vocab_size=args.vocab_size,
+                                               show_progress=False))
     tokenizer = state["tokenizer"]
     num_proc = args.num_proc or default_num_proc(len(pairs))
-    stage("tokenize", lambda: pairs.map(tokenize_pairs(tokenizer, "en", "de"), batched=True, num_proc=num_proc,
-                                        remove_columns=["translation"], desc="tokenizing"))
-    stage("filter", lambda: filter_long_pairs(state["tokenize"], 256, 256, num_proc=num_proc))
-    kept = state["filter"]
+    # As the train command does: pairs over 256 tokens on either side are dropped as they are tokenized.
+    stage("tokenize", lambda: pairs.map(tokenize_pairs(tokenizer, "en", "de", 256, 256), batched=True,
+                                        num_proc=num_proc, remove_columns=["translation"], desc="tokenizing"))
+    kept = state["tokenize"]
 
     def batches():
         sampler = TokenBatchSampler.from_dataset(kept, args.max_tokens, shuffle=True, seed=0)

@@ -1,7 +1,9 @@
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.tokenization import train_tokenizer
 
 
 def make_tiny_config(**overrides) -> VanillaTransformerConfig:
@@ -56,3 +58,18 @@ def batch():
         decoder_input_ids=decoder_input_ids,
         decoder_attention_mask=decoder_attention_mask,
     )
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(corpus, tmp_path_factory):
+    """A saved BPE of 300 tokens learnt from both sides of the `corpus` fixture's training pairs (each test module
+    that uses it defines `corpus`)."""
+    texts = (text for pair in corpus["train"]["translation"] for text in pair.values())
+    folder = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(texts, vocab_size=300, show_progress=False).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_dir):
+    return AutoTokenizer.from_pretrained(tokenizer_dir)

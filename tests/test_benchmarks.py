@@ -211,13 +211,13 @@ def test_trainer_overhead_smoke(data_dir, tmp_path):
 
 
 def test_data_path_smoke(data_dir, tmp_path):
-    """Loading, tokenizer training, tokenization, filtering, token batching and a step on a small generated corpus."""
+    """Loading, tokenizer training, tokenization with the length filter, token batching and a step on a small generated corpus."""
     stdout, report = run_smoke("data_path", data_dir, tmp_path)
     rows = table_rows(stdout)
     assert rows[0] == ["stage", "2,000 pairs: s, peak GiB"]
-    assert len(rows) == 8 and rows[-1][0] == "**the data path (all but the step)**"
+    assert len(rows) == 7 and rows[-1][0] == "**the data path (all but the step)**"
     (result,) = report["results"]
     assert result["pairs"] == 2000 and 0 < result["kept_pairs"] <= 2000 and result["batches"] > 0
-    assert set(result["stages"]) == {"load", "tokenizer", "tokenize", "filter", "batch", "step"}
+    assert set(result["stages"]) == {"load", "tokenizer", "tokenize", "batch", "step"}
     for stage in result["stages"].values():
         assert stage["seconds"] > 0 and 0 < stage["peak_rss_gib"] < 8

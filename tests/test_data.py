@@ -18,6 +18,8 @@ from vanilla_transformer.data import (
     load_parallel_corpus,
     load_parallel_files,
     load_tsv,
+    pair_texts,
+    sample_pairs,
 )
 
 
@@ -232,6 +234,35 @@ def test_filter_long_pairs_drops_and_logs(caplog):
 def test_filter_long_pairs_needs_tokenized_columns():
     with pytest.raises(ValueError, match=r"no \['labels'\] column"):
         filter_long_pairs(Dataset.from_dict({"input_ids": [[1]]}), 5, 5)
+
+
+# --- The pairs the vocabulary is learnt from ------------------------------------------------------------------------
+
+
+def numbered_pairs(count):
+    return Dataset.from_dict({"translation": [{"en": f"one {n}", "de": f"eins {n}"} for n in range(count)]})
+
+
+def test_sample_pairs_draws_distinct_pairs_in_corpus_order():
+    corpus = numbered_pairs(1000)
+    sample = sample_pairs(corpus, 100, seed=3)
+    numbers = [int(pair["en"].split()[1]) for pair in sample["translation"]]
+    assert len(numbers) == 100 and numbers == sorted(set(numbers))
+    assert numbers != list(range(100))  # drawn across the corpus, not its head
+    assert pairs(sample) == pairs(sample_pairs(corpus, 100, seed=3))  # the seed decides
+    assert pairs(sample) != pairs(sample_pairs(corpus, 100, seed=4))
+    assert sample_pairs(corpus, 1000) is corpus and sample_pairs(corpus, None) is corpus
+
+
+def test_pair_texts_gives_source_then_target_of_each_pair_in_order():
+    corpus = numbered_pairs(25)
+    expected = [text for pair in corpus["translation"] for text in (pair["en"], pair["de"])]
+    assert list(pair_texts(corpus, "en", "de", batch_size=7)) == expected
+    # Through a selection (an indices mapping), as `sample_pairs` gives it.
+    selected = corpus.select([20, 3, 11])
+    assert list(pair_texts(selected, "en", "de", batch_size=2)) == ["one 20", "eins 20", "one 3", "eins 3",
+                                                                    "one 11", "eins 11"]
+    assert list(pair_texts(corpus, "de", "en"))[:2] == ["eins 0", "one 0"]
 
 
 # --- The real corpus -------------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.number_words import number_words_corpus
-from vanilla_transformer.tokenization import train_tokenizer
 import vanilla_transformer.training as training
 from vanilla_transformer.training import (
     BPEDropoutDataset,
@@ -34,19 +33,6 @@ from vanilla_transformer.training import (
 def corpus():
     return number_words_corpus("fr", train_size=600, validation_size=50, test_size=50, max_digits=4,
                                repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(corpus, tmp_path_factory):
-    texts = (text for pair in corpus["train"]["translation"] for text in pair.values())
-    folder = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(texts, vocab_size=300, show_progress=False).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir):
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +171,30 @@ def test_bf16_training_on_cpu_hands_the_loss_bfloat16_logits_and_logs_the_gradie
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert [entry["step"] for entry in logged] == [2, 4, 6] and len(norms) == 3
     assert [entry["grad_norm"] for entry in logged] == pytest.approx([float(norm) for norm in norms])
+
+
+def test_tokenize_pairs_drops_over_long_pairs_as_filter_long_pairs_does(corpus, tokenizer):
+    from vanilla_transformer.data import filter_long_pairs
+
+    train = corpus["train"]
+    everything = train.map(tokenize_pairs(tokenizer, "en", "fr"), batched=True, batch_size=64,
+                           remove_columns=train.column_names)
+    source_limit = sorted(len(ids) for ids in everything["input_ids"])[len(train) // 2]
+    target_limit = sorted(len(ids) for ids in everything["labels"])[len(train) // 2]
+    filtered = filter_long_pairs(everything, source_limit, target_limit)
+    assert 0 < len(filtered) < len(train)
+    dropped_here = train.map(tokenize_pairs(tokenizer, "en", "fr", source_limit, target_limit), batched=True,
+                             batch_size=64, remove_columns=train.column_names)
+    assert dropped_here.column_names == ["input_ids", "labels"]
+    assert dropped_here["input_ids"] == filtered["input_ids"] and dropped_here["labels"] == filtered["labels"]
+
+    # With the text kept, it stays aligned with the ids of the pairs kept.
+    with_text = train.map(tokenize_pairs(tokenizer, "en", "fr", source_limit, target_limit, keep_translation=True),
+                          batched=True, batch_size=64, remove_columns=train.column_names)
+    assert len(with_text) == len(filtered)
+    for row in with_text.select(range(0, len(with_text), 37)):
+        assert row["input_ids"] == tokenizer(row["translation"]["en"])["input_ids"]
+        assert row["labels"] == tokenizer(text_target=row["translation"]["fr"])["input_ids"]
 
 
 def test_token_batch_trainer_computes_the_label_smoothed_loss_of_seq2seq_trainer(tokenizer, tokenized, tmp_path):

@@ -10,12 +10,11 @@ import datasets
 import pytest
 import torch
 from num2words import num2words
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback
+from transformers import DataCollatorForSeq2Seq, TrainerCallback
 
 import vanilla_transformer
 import vanilla_transformer.train as train_command
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
@@ -35,19 +34,6 @@ def corpus():
     """English -> French number words, 600 pairs."""
     pairs = [{"en": num2words(n, lang="en"), "fr": num2words(n, lang="fr")} for n in range(1000, 1600)]
     return datasets.DatasetDict(train=datasets.Dataset.from_dict({"translation": pairs}))
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(corpus, tmp_path_factory):
-    texts = (text for pair in corpus["train"]["translation"] for text in pair.values())
-    folder = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(texts, vocab_size=300, show_progress=False).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir):
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from transformers import (
 from .user_errors import UserError, check_model, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .data import default_num_proc, filter_long_pairs, load_parallel_corpus, sample_pairs
+from .data import default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs
 from .extras import require
 from .hub import write_model_card
 from .metrics import score_translations
@@ -320,8 +320,7 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index == 0:
             pairs = sample_pairs(train_pairs, model_args.tokenizer_train_pairs, seed=training_args.seed)
-            texts = (pair[lang] for pair in pairs["translation"]
-                     for lang in (data_args.source_lang, data_args.target_lang))
+            texts = pair_texts(pairs, data_args.source_lang, data_args.target_lang)
             train_tokenizer(texts, vocab_size=model_args.vocab_size).save_pretrained(tokenizer_dir)
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
@@ -418,18 +417,23 @@ def main(argv: list[str] | None = None):
         )
     logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
 
-    tokenize = tokenize_pairs(tokenizer, data_args.source_lang, data_args.target_lang)
+    languages = (tokenizer, data_args.source_lang, data_args.target_lang)
+    # Over-long training pairs are dropped as they are tokenized (and logged); validation and test pairs all stay.
+    tokenize = dict(
+        train=tokenize_pairs(*languages, data_args.max_source_length, data_args.max_target_length,
+                             keep_translation=bool(data_args.bpe_dropout)),
+        other=tokenize_pairs(*languages),
+    )
     num_proc = data_args.preprocessing_num_workers or default_num_proc(len(splits["train"]))
     with training_args.main_process_first(desc="tokenizing"):
         tokenized = {
-            name: split.map(tokenize, batched=True, remove_columns=split.column_names, desc=f"tokenizing {name}",
+            name: split.map(tokenize["train" if name == "train" else "other"], batched=True,
+                            remove_columns=split.column_names, desc=f"tokenizing {name}",
                             num_proc=num_proc if len(split) >= 1000 else None)
             for name, split in splits.items()
         }
-    if data_args.bpe_dropout:  # the texts of the pairs kept by the length filter, segmented anew every epoch
-        tokenized["train"] = tokenized["train"].add_column("translation", splits["train"]["translation"])
-    tokenized["train"] = filter_long_pairs(tokenized["train"], data_args.max_source_length, data_args.max_target_length,
-                                           num_proc=num_proc)
+    log_dropped_pairs(len(splits["train"]), len(tokenized["train"]), data_args.max_source_length,
+                      data_args.max_target_length)
     train_dataset = tokenized["train"]
     if data_args.bpe_dropout:
         train_dataset = BPEDropoutDataset.from_translations(

@@ -345,16 +345,39 @@ class TrainingTimeBudget(TrainerCallback):
         return control
 
 
-def tokenize_pairs(tokenizer, source_lang: str, target_lang: str):
+def tokenize_pairs(
+    tokenizer,
+    source_lang: str,
+    target_lang: str,
+    max_source_length: int | None = None,
+    max_target_length: int | None = None,
+    keep_translation: bool = False,
+):
     """A `datasets.map(batched=True)` function: `translation` pairs -> `input_ids` and `labels` (each ending in
-    `</s>`). Nothing is truncated here: `data.filter_long_pairs` drops over-long pairs and logs how many. No
-    attention mask is stored: `DataCollatorForSeq2Seq` makes it when it pads, and a WMT-sized corpus stores a third
-    fewer integers."""
+    `</s>`). Nothing is truncated: with `max_source_length` / `max_target_length`, pairs with more tokens on that side
+    are dropped from the output (the train command counts and logs them; `data.filter_long_pairs` does the same on
+    a tokenized dataset). Dropping them here spares a second pass over the corpus and leaves the result without an
+    indices mapping, so reading its lengths for token batching stays a column read. `keep_translation` keeps the
+    pairs' text beside the ids (BPE-dropout segments it anew each epoch). No attention mask is stored:
+    `DataCollatorForSeq2Seq` makes it when it pads, and a WMT-sized corpus stores a third fewer integers."""
+
+    def fits(source: list[int], target: list[int]) -> bool:
+        return (max_source_length is None or len(source) <= max_source_length) and (
+            max_target_length is None or len(target) <= max_target_length
+        )
 
     def tokenize(batch):
         sources = [pair[source_lang] for pair in batch["translation"]]
         targets = [pair[target_lang] for pair in batch["translation"]]
-        return tokenizer(sources, text_target=targets, return_attention_mask=False)
+        columns = dict(tokenizer(sources, text_target=targets, return_attention_mask=False))
+        if keep_translation:
+            columns["translation"] = batch["translation"]
+        if max_source_length is None and max_target_length is None:
+            return columns
+        kept = [fits(source, target) for source, target in zip(columns["input_ids"], columns["labels"])]
+        if all(kept):
+            return columns
+        return {name: [value for value, keep in zip(values, kept) if keep] for name, values in columns.items()}
 
     return tokenize
 
