@@ -3,13 +3,14 @@ magnitude from 100 up, every number below 1,000 evaluated (those in training rep
 per magnitude in the printed and saved results. The demo itself trains for minutes and is not run here."""
 
 import json
+import random
 from collections import Counter
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from vanilla_transformer.number_words import describe_training, magnitude, number_words_corpus
+from vanilla_transformer.number_words import describe_training, magnitude, number_words_corpus, sample_numbers
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,18 @@ def test_every_number_below_1000_is_evaluated_held_out_or_seen_in_training(corpu
     assert (f"every number below 10, 80 times each, the others below 100 and {round_hundreds} of the 9 round "
             f"hundreds, 50 times each, "
             f"{450 - round_hundreds} of the other numbers 100-999, 20 times each") in describe_training(corpus["train"])
+
+
+def test_training_numbers_have_digit_counts_in_proportion_to_themselves_test_numbers_uniform(corpus):
+    # Five to seven digits: enough distinct numbers of each count that redrawing repeats does not skew the counts.
+    weighted = Counter(len(str(n)) for n in sample_numbers(6000, random.Random(0), 5, 7, set(), weight_by_digits=True))
+    assert all(abs(weighted[digits] - 6000 * digits / 18) < 150 for digits in (5, 6, 7)), weighted  # 5 : 6 : 7
+    uniform = Counter(len(str(n)) for n in sample_numbers(6000, random.Random(0), 5, 7, set()))
+    assert all(abs(uniform[digits] - 2000) < 150 for digits in (5, 6, 7)), uniform
+    large = Counter(len(str(n)) for n in corpus["train"]["number"] if n >= 1000)
+    assert large[4] < large[5] < large[6]
+    assert (f"({large[4]:,} of 4 digits, {large[5]:,} of 5 digits, {large[6]:,} of 6 digits)"
+            in describe_training(corpus["train"]))
 
 
 def test_corpus_refuses_sizes_it_cannot_hold():

@@ -23,16 +23,28 @@ def magnitude(number: int) -> str:
 
 
 def sample_numbers(
-    count: int, rng: random.Random, min_digits: int, max_digits: int, exclude: set[int], zero_probability: float = 0.1
+    count: int,
+    rng: random.Random,
+    min_digits: int,
+    max_digits: int,
+    exclude: set[int],
+    zero_probability: float = 0.1,
+    weight_by_digits: bool = False,
 ) -> list[int]:
-    """Distinct numbers: the digit count drawn uniformly first, so that smaller numbers are not drowned out, then the
-    first digit uniformly from 1-9 and each other digit 0 with `zero_probability`, else uniformly from 1-9 (at 0.1
-    every number of that many digits is equally likely)."""
+    """Distinct numbers: the digit count drawn first, uniformly so that smaller numbers are not drowned out (or, with
+    `weight_by_digits`, in proportion to the count: a longer number has more words to get right), then the first digit
+    uniformly from 1-9 and each other digit 0 with `zero_probability`, else uniformly from 1-9 (at 0.1 every number of
+    that many digits is equally likely)."""
+    digit_counts = list(range(min_digits, max_digits + 1))
     numbers: list[int] = []
     seen = set(exclude)
     while len(numbers) < count:
         number = rng.randint(1, 9)
-        for _ in range(rng.randint(min_digits, max_digits) - 1):
+        if weight_by_digits:
+            digits = rng.choices(digit_counts, weights=digit_counts)[0]
+        else:
+            digits = rng.randint(min_digits, max_digits)
+        for _ in range(digits - 1):
             number = 10 * number + (0 if rng.random() < zero_probability else rng.randint(1, 9))
         if number not in seen:
             seen.add(number)
@@ -60,10 +72,10 @@ def number_words_corpus(
     - `validation`: `validation_size` other numbers of 1,000 and more;
     - `train`: `train_size` pairs: every number below 10 `repeats_below_10` times, the others below 100 and the round
       hundreds not held out `repeats_short` times, the other numbers 100-999 not held out `repeats_hundreds` times,
-      then distinct numbers
-      of 1,000 and more, none of them in `test` or `validation`, drawn as the test ones except that each digit after
-      the first is 0 with `zero_probability`; shuffled. Token batches put the pairs of one length together, so the
-      copies of a short number fall into the few batches of short pairs of an epoch: it takes many copies for it to
+      then distinct numbers of 1,000 and more, none of them in `test` or `validation`, drawn as the test ones except
+      that the digit count is drawn in proportion to itself (a six-digit number has more words to get right than a
+      four-digit one) and each digit after the first is 0 with `zero_probability`; shuffled. Token batches put the
+      pairs of one length together, so the copies of a short number fall into the few batches of short pairs of an epoch: it takes many copies for it to
       be learnt in many steps. Round forms, which French writes apart ("deux cents" but "deux cent un",
       "quatre-vingts"), are rare among uniformly drawn numbers: more zeros make them common enough to learn;
     - `seen`: every number below 1,000 that is in `train`, once, to check that the model knows them too.
@@ -88,7 +100,8 @@ def number_words_corpus(
     large_test = sorted(sample_numbers(test_size, rng, 4, max_digits, exclude=set()))
     validation = sample_numbers(validation_size, rng, 4, max_digits, exclude=set(large_test))
     train = small_train + sample_numbers(
-        large_train_size, rng, 4, max_digits, exclude=set(large_test + validation), zero_probability=zero_probability
+        large_train_size, rng, 4, max_digits, exclude=set(large_test + validation), zero_probability=zero_probability,
+        weight_by_digits=True,
     )
     rng.shuffle(train)
 
@@ -114,11 +127,14 @@ def describe_training(train: datasets.Dataset) -> str:
     hundreds = [number for number in counts if 100 <= number < 1000 and number % 100]
     large = [str(number) for number in counts if number >= 1000]
     later_digits = "".join(number[1:] for number in large)
+    digit_counts = Counter(map(len, large))
+    by_digits = ", ".join(f"{digit_counts[digits]:,} of {digits} digits" for digits in sorted(digit_counts))
     return (
         f"{len(train):,} pairs of number words written by `num2words`: every number below 10, {counts[0]} times each, "
         f"the others below 100 and {len(round_hundreds)} of the 9 round hundreds, {counts[10]} times each, "
         f"{len(hundreds)} of the other numbers "
         f"100-999, {counts[min(hundreds)] if hundreds else 0} times each, and {len(large):,} numbers from 1,000 to "
-        f"{10 ** max(map(len, large)) - 1:,}, once each, {later_digits.count('0') / len(later_digits):.0%} of their "
+        f"{10 ** max(map(len, large)) - 1:,}, once each ({by_digits}), "
+        f"{later_digits.count('0') / len(later_digits):.0%} of their "
         "digits after the first being 0. The other numbers 100-999 and the test numbers of 1,000 and more are held out."
     )
