@@ -75,6 +75,8 @@ def parse_args(argv=None):
     parser.add_argument("--compile-mode", default=None,
                         choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
                         help="inductor mode of --compile (default: reduce-overhead on cuda, default on cpu)")
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES, metavar="ENGINE",
+                        help="the engines --compile times (default all: " + " ".join(ENGINES) + ")")
     args = parser.parse_args(argv)
     if args.smoke:
         args.size, args.sentences, args.sentences_bs1, args.new_tokens, args.repeats = "tiny", 32, 4, 8, 2
@@ -253,9 +255,6 @@ ENGINE_LABELS = {"ours": "ours", "ours_compiled": "ours compiled", "marian": "Ma
 
 
 def compiled_main(args):
-    from ct2_speed import convert_ours, ct2_decode_all  # CTranslate2 is needed by --compile only
-
-    import ctranslate2
     from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, compiled_decoding, default_mode
 
     mode = args.compile_mode or default_mode(args.device)
@@ -263,11 +262,17 @@ def compiled_main(args):
     sentences = read_lines(args.data_dir / "val.en.gz", max(args.sentences, args.sentences_bs1))
     configs = model_configs(args.size, tokenizer, dropout=0.1)
     models = {name: build_model(name, configs[name], args.seed, args.attn_implementation) for name in MODEL_NAMES}
-    with tempfile.TemporaryDirectory() as tmp:  # the CTranslate2 model from ours in float32, before any dtype change
-        folder = convert_ours(models["ours"].eval(), tokenizer, Path(tmp), "float32")
-        ct2_device = "cuda" if args.device == "cuda" else "cpu"
-        translator = ctranslate2.Translator(str(folder), device=ct2_device, inter_threads=1,
-                                            intra_threads=torch.get_num_threads())
+    ct2_version = None
+    if "ours_ct2" in args.engines:  # CTranslate2 is needed by this engine only
+        import ctranslate2
+        from ct2_speed import convert_ours, ct2_decode_all
+
+        ct2_version = ctranslate2.__version__
+        with tempfile.TemporaryDirectory() as tmp:  # the CTranslate2 model from ours in float32, before any dtype change
+            folder = convert_ours(models["ours"].eval(), tokenizer, Path(tmp), "float32")
+            ct2_device = "cuda" if args.device == "cuda" else "cpu"
+            translator = ctranslate2.Translator(str(folder), device=ct2_device, inter_threads=1,
+                                                intra_threads=torch.get_num_threads())
     dtype = getattr(torch, args.dtype)
     models = {name: model.to(args.device, dtype).eval() for name, model in models.items()}
 
@@ -298,11 +303,11 @@ def compiled_main(args):
     failed = {}  # engine -> the error that stopped it (a compiled Marian that does not compile)
     results = []
     cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
-    progress = tqdm(total=len(cells) * (args.repeats + 1) * len(ENGINES), desc="generate", file=sys.stderr)
+    progress = tqdm(total=len(cells) * (args.repeats + 1) * len(args.engines), desc="generate", file=sys.stderr)
     for beams, batch_size in cells:
         decoding = "greedy" if beams == 1 else f"beam {beams}"
         progress.set_postfix_str(f"{decoding}, batch {batch_size}")
-        engines = [engine for engine in ENGINES if engine not in failed]
+        engines = [engine for engine in ENGINES if engine in args.engines and engine not in failed]
         first_pass = {}
         for engine in engines:
             try:
@@ -340,7 +345,7 @@ def compiled_main(args):
     progress.close()
 
     env = environment(args.device)
-    env["ctranslate2"] = ctranslate2.__version__
+    env["ctranslate2"] = ct2_version
     settings = dict(
         size=args.size, **SIZES[args.size], vocab_size=len(tokenizer),
         trainable_parameters={name: trainable_parameters(models[name]) for name in MODEL_NAMES},
@@ -367,7 +372,7 @@ def compiled_report(env: dict, settings: dict, results: list[dict]) -> str:
         f"CTranslate2{smoke}",
         "",
         *environment_lines(env),
-        f"- CTranslate2 {env['ctranslate2']}; models: d_model {settings['d_model']}, N = {settings['layers']}+"
+        f"- CTranslate2 {env['ctranslate2'] or '(not run)'}; models: d_model {settings['d_model']}, N = {settings['layers']}+"
         f"{settings['layers']}, h {settings['heads']}, d_ff {settings['ffn_dim']}, vocab {settings['vocab_size']:,}, "
         f"random weights; attention: {settings['attn_implementation']}; {settings['dtype']} (CTranslate2: float32)",
         f"- compiled: static cache, inductor mode {settings['compile_mode']}, sources padded to a multiple of "

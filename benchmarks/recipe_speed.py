@@ -1,13 +1,17 @@
-"""Training steps per second of the Multi30k `cpu` recipe's `train` command, for two or more source trees of this
-project side by side: rounds alternate between the trees, so machine noise hits all alike. It is how a change to the
-model or the training code is checked for a slower training step (docs/speed.md).
+"""Training steps per second of a Multi30k recipe's `train` command (`cpu` by default, `base` for a GPU), for one or
+more source trees of this project side by side: rounds alternate between the trees, so machine noise hits all alike.
+It is how a change to the model or the training code is checked for a slower training step (docs/speed.md).
 
-Each round runs `vanilla-transformer train` with the recipe's flags (examples/multi30k/run.py, size "cpu") for
-`--steps` steps in a fresh process whose `vanilla_transformer` is the tree's `src/`, without evaluation or
-checkpoints, and reads the Trainer's `train_steps_per_second`.
+Each round runs `vanilla-transformer train` with the recipe's flags (examples/multi30k/run.py) for `--steps` steps in a
+fresh process whose `vanilla_transformer` is the tree's `src/`, without evaluation or checkpoints, and reads the
+Trainer's `train_steps_per_second` (the whole run, its first steps included) and the steady state: steps/s from step
+`--steady-from` to the last, the device synchronised at both ends. Flags this script does not know go to `train`
+after the recipe's (the later wins).
 
     git worktree add ../before HEAD~1
     python benchmarks/recipe_speed.py --trees ../before . --steps 300 --rounds 2
+    python benchmarks/recipe_speed.py --recipe base --trees ../before . --steps 200 --rounds 1   # a GPU
+    python benchmarks/recipe_speed.py --recipe base --steps 200 --dataloader_num_workers 2        # flags for train
     python benchmarks/recipe_speed.py --trees . --smoke
 """
 
@@ -27,20 +31,47 @@ from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = (REPO / ".." / "shared" / "data" / "multi30k").resolve()
-RUN = "import sys, vanilla_transformer; print(vanilla_transformer.__file__); from vanilla_transformer.train import main; main(sys.argv[1:])"
+# The subprocess: `train` with a callback that times the steady state (the Trainer class that `train` builds, made to
+# take one more callback; any tree of this project has it).
+RUN = """
+import json, sys, time
+import torch
+import vanilla_transformer
+import vanilla_transformer.train as command
+from transformers import TrainerCallback
+print(vanilla_transformer.__file__)
+steady_from, out = int(sys.argv[1]), sys.argv[2]
+times = {}
+class SteadyClock(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in (steady_from, state.max_steps):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times[state.global_step] = time.perf_counter()
+class Trainer(command.TokenBatchSeq2SeqTrainer):
+    def __init__(self, *args, callbacks=None, **kwargs):
+        super().__init__(*args, callbacks=[*(callbacks or []), SteadyClock()], **kwargs)
+command.TokenBatchSeq2SeqTrainer = Trainer
+trainer = command.main(sys.argv[3:])
+last = trainer.state.global_step
+steady = (last - steady_from) / (times[last] - times[steady_from]) if last > steady_from else None
+json.dump(dict(steady_steps_per_second=steady), open(out, "w"))
+"""
 
 
-def recipe_flags() -> list[str]:
-    """The `cpu` recipe's flags, as examples/multi30k/run.py gives them to `train`."""
+def recipe_flags(recipe: str = "cpu") -> list[str]:
+    """A recipe's flags, as examples/multi30k/run.py gives them to `train`."""
     spec = importlib.util.spec_from_file_location("multi30k_run", REPO / "examples" / "multi30k" / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return list(module.SIZES["cpu"])
+    return list(module.SIZES[recipe])
 
 
-def steps_per_second(tree: Path, flags: list[str], output_dir: Path) -> float:
+def steps_per_second(tree: Path, flags: list[str], output_dir: Path, steady_from: int) -> tuple[float, float | None]:
+    """The run's `train_steps_per_second` and its steady-state steps/s."""
+    steady_file = output_dir.with_suffix(".steady.json")
     result = subprocess.run(
-        [sys.executable, "-c", RUN, *flags, "--output_dir", str(output_dir)],
+        [sys.executable, "-c", RUN, str(steady_from), str(steady_file), *flags, "--output_dir", str(output_dir)],
         env=dict(os.environ, PYTHONPATH=str(tree / "src")),
         capture_output=True,
         text=True,
@@ -50,7 +81,8 @@ def steps_per_second(tree: Path, flags: list[str], output_dir: Path) -> float:
     loaded_from = Path(result.stdout.splitlines()[0]).resolve()
     if (tree / "src").resolve() not in loaded_from.parents:
         sys.exit(f"{tree}: the subprocess imported vanilla_transformer from {loaded_from}, not from the tree")
-    return json.loads((output_dir / "train_results.json").read_text())["train_steps_per_second"]
+    whole = json.loads((output_dir / "train_results.json").read_text())["train_steps_per_second"]
+    return whole, json.loads(steady_file.read_text())["steady_steps_per_second"]
 
 
 def main(argv=None):
@@ -59,16 +91,18 @@ def main(argv=None):
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="Multi30k folder (train.{en,de}.gz)")
     parser.add_argument("--steps", type=int, default=300, help="training steps per round (300)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per tree, alternating (2)")
+    parser.add_argument("--recipe", default="cpu", choices=["cpu", "base"], help="Multi30k recipe size (default cpu)")
+    parser.add_argument("--steady-from", type=int, default=20, help="the steady state starts after this step (20)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: checks the script only")
-    args = parser.parse_args(argv)
+    args, train_flags = parser.parse_known_args(argv)
 
-    flags = recipe_flags()
+    flags = recipe_flags(args.recipe)
     scratch = Path(tempfile.mkdtemp(prefix="recipe_speed-"))
     data = args.data_dir
     if args.smoke:  # a tiny model on the first 200 pairs
         flags += ["--preset", "tiny", "--d_model", "32", "--heads", "4", "--ffn_dim", "64", "--layers", "1",
                   "--vocab_size", "300"]
-        args.steps, args.rounds, data = 3, 1, scratch / "data"
+        args.steps, args.rounds, args.steady_from, data = 3, 1, 1, scratch / "data"
         data.mkdir()
         for lang in ("en", "de"):
             lines = gzip.open(args.data_dir / f"train.{lang}.gz", "rt", encoding="utf-8").readlines()[:200]
@@ -81,26 +115,34 @@ def main(argv=None):
     ]
     if not args.smoke:
         flags += ["--vocab_size", "8000"]
+    flags += train_flags
     speeds = {tree: [] for tree in args.trees}
+    steady = {tree: [] for tree in args.trees}
     try:
         with tqdm(total=args.rounds * len(args.trees), desc="rounds") as bar:
             for round_index in range(args.rounds):
                 order = args.trees if round_index % 2 == 0 else args.trees[::-1]
                 for tree_index, tree in enumerate(order):
                     output_dir = scratch / f"run-{round_index}-{tree_index}"
-                    speeds[tree].append(steps_per_second(tree, flags, output_dir))
+                    whole, steady_state = steps_per_second(tree, flags, output_dir, args.steady_from)
+                    speeds[tree].append(whole)
+                    steady[tree].append(steady_state)
                     bar.update()
     finally:
         shutil.rmtree(scratch)
-    print(f"Multi30k cpu recipe, {args.steps} steps a round, {args.rounds} rounds per tree, alternating\n")
-    print("| tree | steps/s, each round | median |")
-    print("|---|---|---|")
+    extra = f", train flags {' '.join(train_flags)}" if train_flags else ""
+    print(f"Multi30k {args.recipe} recipe{extra}, {args.steps} steps a round, {args.rounds} rounds per tree, "
+          f"alternating; steady state from step {args.steady_from}\n")
+    print("| tree | steps/s, whole run, each round | median | steady steps/s, each round | median |")
+    print("|---|---|---|---|---|")
     for tree, values in speeds.items():
-        print(f"| {os.path.relpath(tree)} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.median(values):.3f} |")
+        steadies = [value for value in steady[tree] if value is not None]
+        steady_median = f"{statistics.median(steadies):.3f}" if steadies else "-"
+        print(f"| {os.path.relpath(tree)} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.median(values):.3f} "
+              f"| {', '.join(f'{v:.3f}' for v in steadies)} | {steady_median} |")
     if len(args.trees) == 2:
         first, second = (statistics.median(speeds[tree]) for tree in args.trees)
-        print(f"\n{os.path.relpath(args.trees[1])} / {os.path.relpath(args.trees[0])}: {second / first:.3f}x")
-
+        print(f"\n{os.path.relpath(args.trees[1])} / {os.path.relpath(args.trees[0])}: {second / first:.3f}x (whole run)")
 
 if __name__ == "__main__":
     main()

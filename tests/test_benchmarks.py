@@ -221,3 +221,31 @@ def test_data_path_smoke(data_dir, tmp_path):
     assert set(result["stages"]) == {"load", "tokenizer", "tokenize", "batch", "step"}
     for stage in result["stages"].values():
         assert stage["seconds"] > 0 and 0 < stage["peak_rss_gib"] < 8
+
+
+def test_generate_speed_compiled_smoke_with_chosen_engines(data_dir, tmp_path):
+    """--engines: only the engines named are timed (CTranslate2 is not needed when ours_ct2 is not among them)."""
+    stdout, report = run_smoke("generate_speed", data_dir, tmp_path, "--compile", "--batch-sizes", "32", "--beams", "1",
+                               "--engines", "ours", "ours_compiled")
+    header, *rows = table_rows(stdout)
+    assert header[3:] == ["ours tok/s", "ours compiled tok/s", "ours compiled compile s", "ours compiled / ours"]
+    assert [(row[0], row[1]) for row in rows] == [("greedy", "32")]
+    assert report["environment"]["ctranslate2"] is None and "CTranslate2 (not run)" in stdout
+    assert set(report["results"][0]) >= {"ours", "ours_compiled"}
+    assert not set(report["results"][0]) & {"marian", "marian_compiled", "ours_ct2"}
+
+
+def test_recipe_speed_smoke_passes_unknown_flags_to_train(data_dir, tmp_path):
+    """Two rounds' worth of trees (the same tree twice), a flag for `train` passed through: both speeds per tree."""
+    command = [sys.executable, str(BENCHMARKS / "recipe_speed.py"), "--smoke", "--data-dir", str(data_dir),
+               "--trees", str(BENCHMARKS.parent), "--dataloader_num_workers", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "Multi30k cpu recipe, train flags --dataloader_num_workers 1, 3 steps a round" in result.stdout
+    header, row = table_rows(result.stdout)
+    assert header == ["tree", "steps/s, whole run, each round", "median", "steady steps/s, each round", "median"]
+    whole, steady = float(row[2]), float(row[4])
+    assert whole > 0 and steady > 0
+
+    bad = subprocess.run([*command[:-2], "--no_such_train_flag", "1"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "no_such_train_flag" in bad.stderr

@@ -47,7 +47,9 @@ SIZES = {
             "--attention_dropout", "0.1", "--activation_dropout", "0.1"],
     # A GPU: Table 3's base model, section 5.1's ~25,000-token batches, warm-up 4,000.
     "base": ["--preset", "base", "--max_tokens", "25000", "--warmup_steps", "4000", "--max_steps", "20000",
-             "--save_steps", "1000", "--bf16"],
+             "--save_steps", "1000", "--bf16",
+             # Batches of ~25,000 tokens collated in worker processes while the GPU computes (docs/speed.md).
+             "--dataloader_num_workers", "2", "--dataloader_persistent_workers", "true"],
     # The tests: a tiny model, a few steps.
     "smoke": ["--preset", "tiny", "--max_tokens", "512", "--warmup_steps", "4", "--max_steps", "6", "--save_steps", "1",
               "--predict_with_generate", "false"],
