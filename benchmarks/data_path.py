@@ -167,7 +167,7 @@ def run_one(args) -> dict:
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
     from vanilla_transformer.batching import TokenBatchSampler
     from vanilla_transformer.data import (
-        default_num_proc, load_parallel_corpus, pair_texts, sample_pairs
+        default_num_proc, load_parallel_corpus, pair_texts, sample_pairs, single_threaded_tokenizers
     )
     from vanilla_transformer.tokenization import train_tokenizer
     from vanilla_transformer.training import tokenize_pairs
@@ -194,8 +194,12 @@ def run_one(args) -> dict:
     tokenizer = state["tokenizer"]
     num_proc = args.num_proc or default_num_proc(len(pairs))
     # As the train command does: pairs over 256 tokens on either side are dropped as they are tokenized.
-    stage("tokenize", lambda: pairs.map(tokenize_pairs(tokenizer, "en", "de", 256, 256), batched=True,
-                                        num_proc=num_proc, remove_columns=["translation"], desc="tokenizing"))
+    def tokenize():
+        with single_threaded_tokenizers(num_proc):  # as the train command does
+            return pairs.map(tokenize_pairs(tokenizer, "en", "de", 256, 256), batched=True, num_proc=num_proc,
+                             remove_columns=["translation"], desc="tokenizing")
+
+    stage("tokenize", tokenize)
     kept = state["tokenize"]
 
     def batches():

@@ -4,6 +4,7 @@ writes its own small files in tmp_path, except one that reads the real Multi30k 
 import gzip
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -276,3 +277,61 @@ def test_real_multi30k_validation_split():
         "en": "A group of men are loading cotton onto a truck",
         "de": "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen",
     }
+
+
+# --- Several processes tokenizing -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """English -> French number words, 600 pairs (the `tokenizer_dir` fixture learns its BPE from them)."""
+    from datasets import DatasetDict
+    from num2words import num2words
+
+    pairs = [{"en": num2words(n, lang="en"), "fr": num2words(n, lang="fr")} for n in range(1000, 1600)]
+    return DatasetDict(train=Dataset.from_dict({"translation": pairs}))
+
+
+@pytest.mark.parametrize("before", [None, "true"])
+def test_single_threaded_tokenizers_sets_and_restores_the_variable(monkeypatch, before):
+    if before is None:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    else:
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", before)
+    for num_proc in (None, 1):  # one process keeps the tokenizer's own threads
+        with data.single_threaded_tokenizers(num_proc):
+            assert os.environ.get("TOKENIZERS_PARALLELISM") == before
+    with pytest.raises(RuntimeError):
+        with data.single_threaded_tokenizers(2):
+            assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+            raise RuntimeError("the block fails")
+    assert os.environ.get("TOKENIZERS_PARALLELISM") == before
+
+
+def test_the_train_command_tokenizes_in_several_processes_one_thread_each(tokenizer_dir, tmp_path, monkeypatch):
+    """A tokenizer loaded from a folder has not used its threads in this process, so `tokenizers` would leave them on
+    in the forked processes: the command turns them off while its processes tokenize."""
+    from num2words import num2words
+
+    import vanilla_transformer.train as train_command
+
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    seen = []
+    original_map = Dataset.map
+
+    def map_recording(self, function=None, *args, num_proc=None, **kwargs):
+        seen.append((num_proc, os.environ.get("TOKENIZERS_PARALLELISM")))
+        return original_map(self, function, *args, num_proc=num_proc, **kwargs)
+
+    monkeypatch.setattr(Dataset, "map", map_recording)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{num2words(n)}\t{num2words(n, lang='fr')}\n" for n in range(1200)), encoding="utf-8")
+    train_command.main([
+        "--train_file", str(pairs), "--source_lang", "en", "--target_lang", "fr", "--tokenizer_name",
+        str(tokenizer_dir), "--preset", "tiny", "--max_tokens", "256", "--warmup_steps", "1", "--max_steps", "1",
+        "--save_strategy", "no", "--predict_with_generate", "false", "--use_cpu", "true", "--report_to", "none",
+        "--preprocessing_num_workers", "2", "--output_dir", str(tmp_path / "run"), "--disable_tqdm", "true",
+    ])
+    assert (2, "false") in seen
+    assert all(variable == "false" for num_proc, variable in seen if num_proc and num_proc > 1)
+    assert "TOKENIZERS_PARALLELISM" not in os.environ

@@ -5,6 +5,7 @@ Local files are read a line at a time into an Arrow file in the `datasets` cache
 every error names the file and the line, and a WMT-sized corpus is never held in memory as Python objects.
 """
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -129,6 +130,27 @@ def default_num_proc(num_pairs: int, threshold: int = 100_000) -> int | None:
     (the tokenizer's own threads speed up encoding, not the Python and Arrow work around it), else one (starting
     processes costs more than it saves)."""
     return (os.cpu_count() or 1) if num_pairs >= threshold else None
+
+
+@contextlib.contextmanager
+def single_threaded_tokenizers(num_proc: int | None) -> Iterator[None]:
+    """While `num_proc` processes tokenize (two or more), each encodes on one thread: the tokenizer's own threads,
+    one per core in every process, would run num_proc times as many threads as there are cores and slow the whole
+    map down. `tokenizers` turns its threads off in a forked process by itself only when the parent had used them
+    before (a tokenizer trained in the process), not for one loaded from a folder. Sets TOKENIZERS_PARALLELISM=false
+    for the block, which the processes forked in it inherit, and restores it afterwards."""
+    if not num_proc or num_proc < 2:
+        yield
+        return
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
 def filter_long_pairs(

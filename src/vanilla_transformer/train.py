@@ -29,7 +29,9 @@ from transformers import (
 from .user_errors import UserError, check_model, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .data import default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs
+from .data import (
+    default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
+)
 from .extras import require
 from .hub import write_model_card
 from .metrics import score_translations
@@ -425,7 +427,7 @@ def main(argv: list[str] | None = None):
         other=tokenize_pairs(*languages),
     )
     num_proc = data_args.preprocessing_num_workers or default_num_proc(len(splits["train"]))
-    with training_args.main_process_first(desc="tokenizing"):
+    with training_args.main_process_first(desc="tokenizing"), single_threaded_tokenizers(num_proc):
         tokenized = {
             name: split.map(tokenize["train" if name == "train" else "other"], batched=True,
                             remove_columns=split.column_names, desc=f"tokenizing {name}",
