@@ -144,5 +144,6 @@ def main(argv=None):
         first, second = (statistics.median(speeds[tree]) for tree in args.trees)
         print(f"\n{os.path.relpath(args.trees[1])} / {os.path.relpath(args.trees[0])}: {second / first:.3f}x (whole run)")
 
+
 if __name__ == "__main__":
     main()

@@ -236,7 +236,7 @@ def test_generate_speed_compiled_smoke_with_chosen_engines(data_dir, tmp_path):
 
 
 def test_recipe_speed_smoke_passes_unknown_flags_to_train(data_dir, tmp_path):
-    """Two rounds' worth of trees (the same tree twice), a flag for `train` passed through: both speeds per tree."""
+    """One tree, a flag for `train` passed through: both speeds of the round, and an unknown flag stops `train`."""
     command = [sys.executable, str(BENCHMARKS / "recipe_speed.py"), "--smoke", "--data-dir", str(data_dir),
                "--trees", str(BENCHMARKS.parent), "--dataloader_num_workers", "1"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
