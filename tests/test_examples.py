@@ -34,7 +34,7 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", ["run.py", "--data-dir", str(multi30k_like), "--output-dir", str(out),
                                       "--size", "smoke", "--seed", "1", "--average-last", "3",
-                                      "--length-penalty", "0.8", "--dropout", "0.05", "--d_model", "48",
+                                      "--length-penalty", "0.8,1.6", "--dropout", "0.05", "--d_model", "48",
                                       "--attention_dropout", "0.1", "--activation_dropout", "0.2",
                                       "--bpe_dropout", "0.1", "--bpe_dropout_target", "false"])
     runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"), run_name="__main__")
@@ -42,20 +42,26 @@ def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     config = json.loads((out / "averaged" / "config.json").read_text())
     assert (config["dropout"], config["d_model"], config["encoder_layers"]) == (0.05, 48, 2)
     assert (config["attention_dropout"], config["activation_dropout"]) == (0.1, 0.2)
+    # Two length penalties: each scored on the validation set, the better one used for test and saved with the model.
+    choice = json.loads((out / "length_penalty.json").read_text())
+    assert [trial["length_penalty"] for trial in choice["validation"]] == [0.8, 1.6]
+    alpha = choice["chosen"]
+    assert alpha == max(choice["validation"], key=lambda trial: trial["bleu"])["length_penalty"]
     rows = json.loads((out / "results.json").read_text())
-    assert [(row["decoding"]) for row in rows] == ["beam 4, length penalty 0.8", "greedy"] * 2
+    assert [(row["decoding"]) for row in rows] == [f"beam 4, length penalty {alpha:g}", "greedy"] * 2
+    assert f"The length penalty {alpha:g}, chosen on the validation set" in (out / "results.md").read_text()
     assert rows[0]["model"].startswith("average of the last 3 checkpoints (steps 4-6)")
     assert all(0 <= row["bleu_bp"] <= 1 and 0 <= row["bleu_lc_moses"] <= 100 for row in rows)
     assert "|moses:de|" in rows[0]["bleu_lc_moses_signature"]
     # The shared model decodes as its results were measured: pipeline() and the card read its generation config.
-    assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == 0.8
+    assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == alpha
     assert GenerationConfig.from_pretrained(out / "checkpoint-6").length_penalty == 0.6
     for name in ("training", "attention_encoder", "attention_decoder", "attention_cross"):
         assert (out / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     card = ModelCard.load(out / "averaged" / "README.md")
     (bleu,) = [result for result in card.data.eval_results if result.metric_type == "bleu"]
     assert bleu.metric_value == pytest.approx(rows[0]["bleu"], abs=0.01)
-    assert card.data.language == ["en", "de"] and "beam size 4, length penalty 0.8" in card.text
+    assert card.data.language == ["en", "de"] and f"beam size 4, length penalty {alpha:g}" in card.text
     assert "| BPE-dropout | 0.1 on the training sources, drawn anew every epoch (not in the paper" in card.text
     # The card also shows the whole results table and the plots, which sit next to it.
     for row in rows:
@@ -115,6 +121,34 @@ def test_multi30k_seeds_table_leaves_out_a_score_some_run_lacks(tmp_path):
 
     assert "| sacreBLEU | 39.60 | 39.26-39.94 | 39.26, 39.94 |" in table
     assert "Moses" not in table and "| brevity penalty | 0.985 | 0.980-0.990 | 0.980, 0.990 |" in table
+
+
+def test_multi30k_length_penalty_is_the_best_on_validation(monkeypatch):
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    bleu = {1.0: 39.5, 1.25: 40.0, 1.5: 40.25, 1.75: 40.25, 2.0: 37.5}  # a cliff past 1.75, two best alike
+    decoded = []
+
+    def made_up_evaluate(model_dir, sources, references, num_beams, length_penalty):
+        decoded.append((model_dir, num_beams, length_penalty))
+        return dict(bleu=bleu[length_penalty], bleu_bp=length_penalty / 2, chrf=60.0, bleu_lc_moses=41.0)
+
+    monkeypatch.setitem(recipe["choose_length_penalty"].__globals__, "evaluate", made_up_evaluate)
+    chosen, trials = recipe["choose_length_penalty"](Path("avg"), ["a"], ["b"], list(bleu))
+
+    assert chosen == 1.5  # the highest BLEU; of two equal, the first (the shorter outputs)
+    assert decoded == [(Path("avg"), 4, alpha) for alpha in bleu]
+    assert [(trial["length_penalty"], trial["bleu"], trial["bleu_bp"]) for trial in trials] == [
+        (alpha, bleu[alpha], alpha / 2) for alpha in bleu]
+
+
+def test_multi30k_tiny_size_is_wu_et_al_recipe():
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    flags = recipe["SIZES"]["tiny"]
+    wanted = {"--d_model": 128, "--layers": 4, "--heads": 4, "--ffn_dim": 256, "--dropout": 0.3,
+              "--attention_dropout": 0.0, "--activation_dropout": 0.0, "--max_tokens": 8192, "--warmup_steps": 2000,
+              "--learning_rate": 0.005, "--max_steps": 8000, "--max_train_minutes": 60.0}
+    assert {name: recipe["flag_value"](flags, name, type(value)) for name, value in wanted.items()} == wanted
+    assert recipe["AFTER_TRAINING"]["tiny"] == dict(average_last=10, length_penalty=[1.0, 1.25, 1.5, 1.75, 2.0])
 
 
 def test_multi30k_recipe_reads_train_options_spelled_either_way():

@@ -3,17 +3,19 @@ checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), 
 
     python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-en-de            # 2 CPU cores
     python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-base --size base  # a GPU
+    python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-tiny --size tiny  # 2 cores
     python examples/multi30k/run.py ... --skip-training   # only the steps after training, on an existing run
     python examples/multi30k/run.py ... --lr-scale 0.5     # any `vanilla-transformer train` option overrides the size's
     python examples/multi30k/run.py ... --seeds 0,1,2      # one run per seed, then their mean and range (seeds.md)
 
 The data folder holds Multi30k task 1 as gzip files (train.{en,de}.gz, val.*, test_2016_flickr.*), read where it is.
 Sizes: "cpu", a scaled-down model trained a fixed number of steps on 2 CPU cores in about an hour (60 minutes as a
-guard); "base", Table 3's base model for a GPU; "smoke", for the tests. Outputs in --output-dir: the run (checkpoints,
-trainer_state.json, TensorBoard logs), averaged/ (the model to share, with its card and plots), results.json,
-results.md and plots/; with --seeds, one such run per seed in seed-N/, and seeds.md, the mean and range of their test
-scores. The recipe is described in docs/training.md; docs/experiments/multi30k.md records every run and why the recipe
-is what it is.
+guard); "tiny", Wu et al.'s (2021) Transformer-tiny for Multi30k, also an hour on 2 CPU cores, its length penalty
+chosen on the validation set; "base", Table 3's base model for a GPU; "smoke", for the tests. Outputs in --output-dir:
+the run (checkpoints, trainer_state.json, TensorBoard logs), averaged/ (the model to share, with its card and plots),
+results.json, results.md, plots/ and, when the length penalty is chosen, length_penalty.json; with --seeds, one such
+run per seed in seed-N/, and seeds.md, the mean and range of their test scores. The recipe is described in
+docs/training.md; docs/experiments/multi30k.md records every run and why the recipe is what it is.
 """
 
 import argparse
@@ -50,15 +52,28 @@ SIZES = {
              "--save_steps", "1000", "--bf16",
              # Batches of ~25,000 tokens collated in worker processes while the GPU computes (docs/speed.md).
              "--dataloader_num_workers", "2", "--dataloader_persistent_workers", "true"],
+    # 2 CPU cores, an hour: Wu et al.'s (2021) text-only Transformer-tiny for Multi30k (docs/experiments/multi30k.md):
+    # d_model 128, 4+4 layers, 4 heads, d_ff 256, dropout 0.3 on the residual paths only, a peak rate of 0.005 after
+    # 2,000 warm-up steps, ~8,192-token batches, 8,000 updates (the guard stops it earlier on 2 cores).
+    "tiny": ["--preset", "base", "--d_model", "128", "--layers", "4", "--heads", "4", "--ffn_dim", "256",
+             "--dropout", "0.3", "--attention_dropout", "0", "--activation_dropout", "0",
+             "--max_tokens", "8192", "--warmup_steps", "2000", "--learning_rate", "0.005", "--max_steps", "8000",
+             "--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
+             "--bf16", "true", "--use_cpu", "true", "--attn_implementation", "eager"],
     # The tests: a tiny model, a few steps.
     "smoke": ["--preset", "tiny", "--max_tokens", "512", "--warmup_steps", "4", "--max_steps", "6", "--save_steps", "1",
               "--predict_with_generate", "false"],
 }
 # After training: how many of the last checkpoints to average and the beam's length penalty alpha. Section 6.1 averages
 # the last 5 (base models) and uses alpha = 0.6, both "chosen after experimentation on the development set"; for the
-# cpu run the same was done on Multi30k's full validation set (docs/experiments): the last 20 and alpha = 1.0.
-PAPER_AFTER_TRAINING = dict(average_last=5, length_penalty=0.6)
-AFTER_TRAINING = {"cpu": dict(average_last=20, length_penalty=1.0)}
+# cpu run the same was done on Multi30k's full validation set (docs/experiments): the last 20 and alpha = 1.0. The
+# tiny run averages its last 10, as Wu et al. do, and each run chooses its alpha on the full validation set from
+# LENGTH_PENALTIES: its outputs are short at 1.0 (brevity penalty ~0.93 on validation), and past ~1.8 some beams
+# run on to the length limit.
+LENGTH_PENALTIES = [1.0, 1.25, 1.5, 1.75, 2.0]
+PAPER_AFTER_TRAINING = dict(average_last=5, length_penalty=[0.6])
+AFTER_TRAINING = {"cpu": dict(average_last=20, length_penalty=[1.0]),
+                  "tiny": dict(average_last=10, length_penalty=LENGTH_PENALTIES)}
 
 
 def flag_value(flags: list[str], name: str, type=str):
@@ -119,6 +134,22 @@ def validation_bleu_from_checkpoints(run_dir: Path, sources: list[str], referenc
     return curve
 
 
+def choose_length_penalty(model_dir: Path, sources: list[str], references: list[str], candidates: list[float],
+                          **generate_kwargs) -> tuple[float, list[dict]]:
+    """The length penalty alpha among `candidates` whose beam-4 translations of the validation sentences score the
+    highest BLEU (the first of equals), and every candidate's scores: alpha "chosen after experimentation on the
+    development set" (section 6.1), per run."""
+    trials = []
+    for alpha in candidates:
+        result = evaluate(model_dir, sources, references, num_beams=4, length_penalty=alpha, **generate_kwargs)
+        trials.append(dict(length_penalty=alpha, **{key: result[key] for key in ("bleu", "bleu_bp", "chrf",
+                                                                                 "bleu_lc_moses")}))
+        print(f"validation, beam 4, length penalty {alpha:g}: BLEU {result['bleu']:.2f}, "
+              f"brevity penalty {result['bleu_bp']:.3f}", flush=True)
+    best = max(trials, key=lambda trial: trial["bleu"])
+    return best["length_penalty"], trials
+
+
 def plot_training(run_dir: Path, out: Path, validation_bleu: list[tuple[int, float]] | None = None):
     """Training and validation loss, learning rate and validation BLEU against steps, from trainer_state.json (the
     BLEU curve from `validation_bleu` instead, when given)."""
@@ -154,19 +185,26 @@ def run(args, limit: int | None):
     run_dir, averaged = args.output_dir, args.output_dir / "averaged"
     checkpoints = find_checkpoints(run_dir, args.average_last)
     average_checkpoints(checkpoints, averaged, force=True)  # the run's own averaged model, made anew
+    smoke_lengths = dict(max_new_tokens=12) if args.size == "smoke" else {}
+    (length_penalty, *others), trials = args.length_penalty, []
+    if others:  # several candidates: the best on the whole validation set
+        length_penalty, trials = choose_length_penalty(
+            averaged, read_lines(args.data_dir / "val.en.gz", limit), read_lines(args.data_dir / "val.de.gz", limit),
+            args.length_penalty, **smoke_lengths)
+        (run_dir / "length_penalty.json").write_text(json.dumps(dict(chosen=length_penalty, validation=trials),
+                                                                indent=2) + "\n")
     generation_config = GenerationConfig.from_pretrained(averaged)
-    generation_config.length_penalty = args.length_penalty  # what the card reports and pipeline() then uses
+    generation_config.length_penalty = length_penalty  # what the card reports and pipeline() then uses
     generation_config.save_pretrained(averaged)
     sources = read_lines(args.data_dir / "test_2016_flickr.en.gz", limit)
     references = read_lines(args.data_dir / "test_2016_flickr.de.gz", limit)
     steps = [int(path.name.split("-")[1]) for path in checkpoints]
-    smoke_lengths = dict(max_new_tokens=12) if args.size == "smoke" else {}
     rows = []
     averaged_name = f"average of the last {args.average_last} checkpoints (steps {steps[0]}-{steps[-1]})"
     for name, model_dir in ((averaged_name, averaged),
                             (f"last checkpoint (step {steps[-1]})", checkpoints[-1])):
-        for decoding, num_beams in ((f"beam 4, length penalty {args.length_penalty:g}", 4), ("greedy", 1)):
-            beam_kwargs = dict(length_penalty=args.length_penalty) if num_beams > 1 else {}
+        for decoding, num_beams in ((f"beam 4, length penalty {length_penalty:g}", 4), ("greedy", 1)):
+            beam_kwargs = dict(length_penalty=length_penalty) if num_beams > 1 else {}
             result = evaluate(model_dir, sources, references, num_beams, **beam_kwargs, **smoke_lengths)
             rows.append(dict(model=name, decoding=decoding, **result))
             print(f"{name}, {decoding}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
@@ -178,6 +216,10 @@ def run(args, limit: int | None):
              "| --- | --- | --- | --- | --- |"]
     table += [f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} | "
               f"{row['bleu_lc_moses']:.2f} |" for row in rows]
+    if trials:
+        table += ["", f"The length penalty {length_penalty:g}, chosen on the validation set (the averaged model, "
+                  "beam 4):", "", "| length penalty | BLEU | brevity penalty |", "| --- | --- | --- |"]
+        table += [f"| {trial['length_penalty']:g} | {trial['bleu']:.2f} | {trial['bleu_bp']:.3f} |" for trial in trials]
     (run_dir / "results.md").write_text("\n".join(table) + f"\n\nSignatures: BLEU `{best['bleu_signature']}`, "
                                         f"chrF `{best['chrf_signature']}`, lowercased Moses-tokenized BLEU "
                                         f"`{best['bleu_lc_moses_signature']}`.\n")
@@ -188,7 +230,7 @@ def run(args, limit: int | None):
         validation_bleu = validation_bleu_from_checkpoints(
             run_dir, read_lines(args.data_dir / "val.en.gz", limit or 200),
             read_lines(args.data_dir / "val.de.gz", limit or 200), args.eval_steps,
-            length_penalty=args.length_penalty, **smoke_lengths)
+            length_penalty=length_penalty, **smoke_lengths)
         (run_dir / "validation_bleu.json").write_text(json.dumps(validation_bleu) + "\n")
     plots = run_dir / "plots"
     plots.mkdir(exist_ok=True)
@@ -244,13 +286,18 @@ def seeds_table(run_dirs: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def length_penalties(text: str) -> list[float]:
+    """The alphas of "--length-penalty 1.0,1.5" (argparse names this function in its error for a bad value)."""
+    return [float(alpha) for alpha in text.split(",")]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      epilog="Any other option is `vanilla-transformer train`'s and overrides the "
                                             "size's (e.g. --dropout 0.15, --d_model 384).")
     parser.add_argument("--data-dir", type=Path, required=True, help="The Multi30k folder (read, never copied).")
     parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--size", choices=["cpu", "base", "smoke"], default="cpu")
+    parser.add_argument("--size", choices=list(SIZES), default="cpu")
     parser.add_argument("--eval-steps", type=int, default=400,
                         help="Validation loss every N steps, and the steps of the validation BLEU curve (400).")
     seeds = parser.add_mutually_exclusive_group()
@@ -260,9 +307,11 @@ def main(argv=None):
                             "scores in OUTPUT_DIR/seeds.md.")
     parser.add_argument("--average-last", type=int,
                         help="Average the last N checkpoints (default: see AFTER_TRAINING).")
-    parser.add_argument("--length-penalty", type=float,
-                        help="Beam search's length penalty alpha, saved in the averaged model's generation config "
-                             "(default: see AFTER_TRAINING).")
+    parser.add_argument("--length-penalty", type=length_penalties,
+                        metavar="ALPHA[,ALPHA...]",
+                        help="Beam search's length penalty alpha, saved in the averaged model's generation config; "
+                             "several: the one whose beam-4 translations of the validation set score the highest "
+                             "BLEU, each one's scores in length_penalty.json (default: see AFTER_TRAINING).")
     parser.add_argument("--skip-training", action="store_true", help="Only average, evaluate, plot and write the card.")
     parser.add_argument("--rescore-validation", action="store_true",
                         help="Recompute the validation BLEU curve from the checkpoints every --eval-steps steps "
