@@ -7,9 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
+from transformers import DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, bucket_length, compiled_decoding, default_mode
+from vanilla_transformer.number_words import number_words_corpus
+from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, paper_training_arguments, tokenize_pairs
+from vanilla_transformer.translate import translate_lines
 
 
 @pytest.fixture(autouse=True)
@@ -70,3 +75,50 @@ def test_generate_with_compiled_steps_gives_eagers_tokens_call_after_call(tiny_m
 def test_the_default_mode_uses_cuda_graphs_on_a_gpu_only():
     assert default_mode("cuda:0") == "reduce-overhead"
     assert default_mode("cpu") == "default"
+
+
+# --- A trained model ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """English number words -> French (the demo's task), small: the `tokenizer` fixture learns its BPE from it."""
+    return number_words_corpus("fr", train_size=600, validation_size=20, test_size=40, max_digits=4,
+                               repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
+
+
+@pytest.fixture(scope="module")
+def number_words_model(corpus, tokenizer, tmp_path_factory):
+    """A small model trained with the package's recipe until its translations are mostly right: trained weights make
+    peaked, length-dependent scores, where beam search's choices and early ends differ from a random model's."""
+    tokenize = tokenize_pairs(tokenizer, "en", "fr")
+    train = corpus["train"].map(tokenize, batched=True, remove_columns=corpus["train"].column_names)
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=len(tokenizer), d_model=64, dropout=0.0,
+                                                  encoder_ffn_dim=128, decoder_ffn_dim=128)
+    model = VanillaTransformerForConditionalGeneration(config)
+    args = paper_training_arguments(
+        str(tmp_path_factory.mktemp("run")), d_model=64, warmup_steps=30, lr_scale=0.5, max_steps=300,
+        report_to=[], save_strategy="no", disable_tqdm=True, predict_with_generate=False,
+    )
+    TokenBatchSeq2SeqTrainer(model=model, args=args, train_dataset=train, max_tokens=1024,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model)).train()
+    return model.eval()
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_trained_model_translates_alike_with_the_static_cache_and_compiled(number_words_model, tokenizer, corpus,
+                                                                              num_beams):
+    """The number-words model on held-out numbers: the static cache, and compiled steps on it (`translate_lines(...,
+    compile=True)`, as `translate --compile` runs), give the default cache's translations, which are mostly right."""
+    pairs = corpus["test"]["translation"]
+    sources, references = [pair["en"] for pair in pairs], [pair["fr"] for pair in pairs]
+    decoding = dict(batch_size=8, num_beams=num_beams)
+    dynamic = translate_lines(number_words_model, tokenizer, sources, **decoding)
+    static = translate_lines(number_words_model, tokenizer, sources, **decoding, cache_implementation="static")
+    compiled = translate_lines(number_words_model, tokenizer, sources, **decoding, compile=True)
+    assert static == dynamic
+    assert compiled == dynamic
+    exact = sum(hypothesis == reference for hypothesis, reference in zip(dynamic, references))
+    assert exact >= len(references) // 2, (exact, list(zip(dynamic, references))[:5])
+
