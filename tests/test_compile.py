@@ -121,4 +121,3 @@ def test_a_trained_model_translates_alike_with_the_static_cache_and_compiled(num
     assert compiled == dynamic
     exact = sum(hypothesis == reference for hypothesis, reference in zip(dynamic, references))
     assert exact >= len(references) // 2, (exact, list(zip(dynamic, references))[:5])
-

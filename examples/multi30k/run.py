@@ -40,12 +40,13 @@ from vanilla_transformer.hub import write_model_card  # noqa: E402
 from vanilla_transformer.metrics import score_translations  # noqa: E402
 from vanilla_transformer.train import main as train  # noqa: E402
 
+# An hour on 2 CPU cores: checkpoints every 100 steps, 60 minutes as a guard, bf16 with eager attention (docs/speed.md).
+CPU_HOUR = ["--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
+            "--bf16", "true", "--use_cpu", "true", "--attn_implementation", "eager"]
 SIZES = {
     # 2 CPU cores, about an hour: a scaled-down model (docs/training.md).
     "cpu": ["--preset", "base", "--d_model", "256", "--layers", "3", "--heads", "4", "--ffn_dim", "1024",
-            "--max_tokens", "2048", "--warmup_steps", "800", "--max_steps", "7000",
-            "--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
-            "--bf16", "true", "--use_cpu", "true", "--attn_implementation", "eager",
+            "--max_tokens", "2048", "--warmup_steps", "800", "--max_steps", "7000", *CPU_HOUR,
             "--attention_dropout", "0.1", "--activation_dropout", "0.1"],
     # A GPU: Table 3's base model, section 5.1's ~25,000-token batches, warm-up 4,000.
     "base": ["--preset", "base", "--max_tokens", "25000", "--warmup_steps", "4000", "--max_steps", "20000",
@@ -58,8 +59,7 @@ SIZES = {
     "tiny": ["--preset", "base", "--d_model", "128", "--layers", "4", "--heads", "4", "--ffn_dim", "256",
              "--dropout", "0.3", "--attention_dropout", "0", "--activation_dropout", "0",
              "--max_tokens", "8192", "--warmup_steps", "2000", "--learning_rate", "0.005", "--max_steps", "8000",
-             "--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
-             "--bf16", "true", "--use_cpu", "true", "--attn_implementation", "eager"],
+             *CPU_HOUR],
     # The tests: a tiny model, a few steps.
     "smoke": ["--preset", "tiny", "--max_tokens", "512", "--warmup_steps", "4", "--max_steps", "6", "--save_steps", "1",
               "--predict_with_generate", "false"],
@@ -307,8 +307,7 @@ def main(argv=None):
                             "scores in OUTPUT_DIR/seeds.md.")
     parser.add_argument("--average-last", type=int,
                         help="Average the last N checkpoints (default: see AFTER_TRAINING).")
-    parser.add_argument("--length-penalty", type=length_penalties,
-                        metavar="ALPHA[,ALPHA...]",
+    parser.add_argument("--length-penalty", type=length_penalties, metavar="ALPHA[,ALPHA...]",
                         help="Beam search's length penalty alpha, saved in the averaged model's generation config; "
                              "several: the one whose beam-4 translations of the validation set score the highest "
                              "BLEU, each one's scores in length_penalty.json (default: see AFTER_TRAINING).")
