@@ -91,7 +91,8 @@ def main(argv=None):
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="Multi30k folder (train.{en,de}.gz)")
     parser.add_argument("--steps", type=int, default=300, help="training steps per round (300)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per tree, alternating (2)")
-    parser.add_argument("--recipe", default="cpu", choices=["cpu", "base"], help="Multi30k recipe size (default cpu)")
+    parser.add_argument("--recipe", default="cpu", choices=["cpu", "tiny", "base"],
+                        help="Multi30k recipe size (default cpu)")
     parser.add_argument("--steady-from", type=int, default=20, help="the steady state starts after this step (20)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: checks the script only")
     args, train_flags = parser.parse_known_args(argv)

@@ -72,7 +72,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)  # --repeats is the number of timed rounds per mode
     parser.set_defaults(attn_implementation=None)
-    parser.add_argument("--recipe", default="cpu", choices=["cpu", "base"], help="Multi30k recipe size (default cpu)")
+    parser.add_argument("--recipe", default="cpu", choices=["cpu", "tiny", "base"],
+                        help="Multi30k recipe size (default cpu)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast (default: the recipe's, on)")

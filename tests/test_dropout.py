@@ -11,7 +11,7 @@ from vanilla_transformer import dropout as dropout_kernels
 from vanilla_transformer import modeling_vanilla_transformer
 from vanilla_transformer.dropout import cpu_16bit_dropout
 
-# The CPU kernel draws 16 random bits per element, four elements per 64-bit draw.
+# The CPU kernel draws 16 random bits per element, four elements per 64-bit draw, and keeps an element by the low 15.
 
 DROPOUT_ELEMENTS = 400_003  # not a multiple of 4: the last draw is only partly used
 
@@ -26,14 +26,14 @@ def test_cpu_dropout_drops_each_element_with_probability_p_and_keeps_the_expecta
     x = torch.ones(DROPOUT_ELEMENTS, requires_grad=True)
     y = cpu_16bit_dropout(x, p, training=True)
     kept = y.detach() != 0
-    # 6 standard deviations of a binomial: a wrong rate fails, chance does not (p is rounded to 1/65,536).
+    # 6 standard deviations of a binomial: a wrong rate fails, chance does not (p is rounded to 1/32,768).
     tolerance = 6 * (p * (1 - p) / DROPOUT_ELEMENTS) ** 0.5
     assert abs((1 - kept.double().mean().item()) - p) < tolerance
     # Each of the four 16-bit parts of a 64-bit draw drops at rate p (a sign bit that is never set would not).
     for offset in range(4):
         assert abs((1 - kept[offset::4].double().mean().item()) - p) < 2 * tolerance
-    scale = 65536 / (65536 - round(p * 65536))
-    # The scale of the rounded p (65,536 / 58,982 for 0.1, not 1 / 0.9), exactly.
+    scale = 32768 / (32768 - round(p * 32768))
+    # The scale of the rounded p (32,768 / 29,491 for 0.1, not 1 / 0.9), exactly.
     torch.testing.assert_close(y.detach()[kept], torch.full((int(kept.sum()),), scale), rtol=0, atol=0)
     assert abs(y.detach().double().mean().item() - 1) < tolerance / (1 - p)
     y.sum().backward()  # the gradient goes through the kept elements only, with the same scale
@@ -63,7 +63,7 @@ def test_cpu_dropout_is_the_identity_when_off_and_keeps_dtype_and_shape():
     y = cpu_16bit_dropout(x, 0.1, training=True)
     assert y.dtype == torch.bfloat16 and y.shape == x.shape
     kept = y != 0
-    torch.testing.assert_close(y[kept], (x * (65536 / (65536 - 6554)))[kept])
+    torch.testing.assert_close(y[kept], (x * (32768 / (32768 - 3277)))[kept], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("implementation", ["torch", "cpu_16bit"])
