@@ -23,6 +23,7 @@ building an epoch's batch list.
 import argparse
 import importlib.util
 import json
+import resource
 import shutil
 import statistics
 import sys
@@ -52,6 +53,7 @@ from common import (
 )
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
+from vanilla_transformer.cpu_memory import keep_freed_memory
 from vanilla_transformer.input_checks import check_feature_token_ids
 from vanilla_transformer.train import new_model_config, parse_arguments
 from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, TrainingTimeBudget, paper_learning_rate
@@ -85,6 +87,9 @@ def parse_args(argv=None):
     parser.add_argument("--collate-tokens", type=int, default=25000, help="tokens per batch of the data path (25,000)")
     parser.add_argument("--collate-batches", type=int, default=20, help="batches timed on the data path (20)")
     parser.add_argument("--pairs", type=int, default=None, help="only the first PAIRS training pairs")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="on a CPU, leave glibc's malloc as it is (the train command fixes its thresholds: "
+                        "cpu_memory.py)")
     args = parser.parse_args(argv)
     args.repeats = max(args.repeats, 1)
     if args.smoke:
@@ -117,6 +122,7 @@ class StepClock(TrainerCallback):
     def __init__(self, device: str, profile: int = 0):
         self.device, self.profile, self.profiler = device, profile, None
         self.start = self.seconds = self.profiled_seconds = None
+        self.faults = None
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
@@ -125,6 +131,7 @@ class StepClock(TrainerCallback):
                 self.profiler = start_profiler(self.device)
             synchronize(self.device)
             self.start = time.perf_counter()
+            self.faults = page_faults()
         if self.profiler is not None and step == 1 + self.profile:
             synchronize(self.device)
             self.profiled_seconds = time.perf_counter() - self.start
@@ -132,6 +139,13 @@ class StepClock(TrainerCallback):
         if step == state.max_steps:
             synchronize(self.device)
             self.seconds = time.perf_counter() - self.start
+            self.faults = page_faults() - self.faults
+
+
+def page_faults() -> int:
+    """The process's page faults so far, minor (memory the kernel maps and zeroes) and major."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt + usage.ru_majflt
 
 
 def start_profiler(device: str) -> torch.profiler.profile:
@@ -178,6 +192,8 @@ def main(argv=None):
     model = VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
     if training_args.device.type == "cpu":  # as the train command does
         model.config.dropout_implementation = "cpu_16bit"
+        if not args.default_malloc:
+            keep_freed_memory()
     training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps,
                                                       recipe_args.lr_scale)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
@@ -192,6 +208,7 @@ def main(argv=None):
         return built
 
     def trainer_round(profile: int = 0) -> StepClock:
+        """The clock of a round: its seconds and page faults over steps 2 to the last."""
         clock = StepClock(args.device, profile)
         run = trainer(clock)
         run.train()
@@ -216,28 +233,35 @@ def main(argv=None):
     del probe
 
     def bare_round(profile: int = 0):
-        """The seconds of steps 2 to the last, or with `profile`, the profiler and seconds of steps 2 to 1 + profile."""
+        """The seconds and page faults of steps 2 to the last, or with `profile`, the profiler and seconds of steps 2
+        to 1 + profile."""
         bare_step(model, optimizer, batches[0], loss_function, args.device, bf16)
         synchronize(args.device)
         profiler = start_profiler(args.device) if profile else None
-        start = time.perf_counter()
+        start, faults = time.perf_counter(), page_faults()
         for batch in batches[1: 1 + profile] if profile else batches[1:]:
             bare_step(model, optimizer, batch, loss_function, args.device, bf16)
         synchronize(args.device)
         seconds = time.perf_counter() - start
         if profiler is None:
-            return seconds
+            return seconds, page_faults() - faults
         profiler.stop()
         return profiler, seconds
 
     timed_steps = args.steps - 1
     seconds = {mode: [] for mode in MODES}
+    faults = {mode: [] for mode in MODES}
     progress = tqdm(total=2 * (args.repeats + 1) + 2 * bool(args.profile_steps), desc="rounds", file=sys.stderr)
     for round_index in range(args.repeats + 1):  # round 0 warms up
         for mode in MODES if round_index % 2 == 0 else MODES[::-1]:
-            elapsed = trainer_round().seconds if mode == "Trainer" else bare_round()
+            if mode == "Trainer":
+                clock = trainer_round()
+                elapsed, round_faults = clock.seconds, clock.faults
+            else:
+                elapsed, round_faults = bare_round()
             if round_index:
                 seconds[mode].append(elapsed)
+                faults[mode].append(round_faults)
             progress.update()
     profiles = {}
     if args.profile_steps:
@@ -254,11 +278,13 @@ def main(argv=None):
     target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches[1:])
     results = {mode: dict(steps_per_s=summary([timed_steps / s for s in values]),
                           ms_per_step=summary([1e3 * s / timed_steps for s in values]),
-                          target_tokens_per_s=summary([target_tokens / s for s in values]))
+                          target_tokens_per_s=summary([target_tokens / s for s in values]),
+                          page_faults_per_step=summary([count / timed_steps for count in faults[mode]]))
                for mode, values in seconds.items()}
     ratio = results["Trainer"]["steps_per_s"]["median"] / results["bare"]["steps_per_s"]["median"]
     env = environment(args.device)
-    settings = dict(recipe=args.recipe, smoke=args.smoke, bf16=bf16,
+    settings = dict(recipe=args.recipe, device=args.device, smoke=args.smoke, bf16=bf16,
+                    default_malloc=args.default_malloc,
                     attn_implementation=model.config._attn_implementation, d_model=model.config.d_model, layers=model.config.encoder_layers,
                     parameters=model.num_parameters(), vocab_size=len(tokenizer), max_tokens=data_args.max_tokens,
                     steps_per_round=args.steps, timed_steps_per_round=timed_steps, rounds=args.repeats,
@@ -303,6 +329,7 @@ def measure_data_path(args, dataset, collator, vocab_size: int) -> dict:
 
 def report(env, settings, results, ratio, profiles, data_path) -> str:
     precision = "bf16 autocast" if settings["bf16"] else "fp32"
+    malloc = "glibc's malloc as it is" if settings["default_malloc"] else "malloc keeping freed memory (cpu_memory.py)"
     lines = [
         "## The Trainer's step against the bare step" + (" (smoke run)" if settings["smoke"] else ""),
         "",
@@ -310,16 +337,18 @@ def report(env, settings, results, ratio, profiles, data_path) -> str:
         f"- the Multi30k {settings['recipe']} recipe's arguments: d_model {settings['d_model']}, N = "
         f"{settings['layers']}, {settings['parameters'] / 1e6:.1f}M parameters, vocabulary {settings['vocab_size']:,}; "
         f"{precision}, {settings['attn_implementation']} attention; dataloader_num_workers "
-        f"{settings['dataloader_num_workers']}; logging every {settings['logging_steps']} steps",
+        f"{settings['dataloader_num_workers']}; logging every {settings['logging_steps']} steps"
+        + (f"; {malloc}" if settings["device"] == "cpu" else ""),
         f"- batches of <= {settings['max_tokens']:,} tokens ({settings['mean_target_tokens']:,.0f} real target "
         f"tokens on average); {settings['rounds']} round(s) of {settings['timed_steps_per_round']} timed steps per "
         "mode, alternating, after one untimed round each",
         "",
         markdown_table(
-            ["step", "steps/s, median (min-max)", "ms per step", "target tokens/s"],
+            ["step", "steps/s, median (min-max)", "ms per step", "target tokens/s", "page faults per step"],
             [[mode, f"{stats['steps_per_s']['median']:.3f} ({stats['steps_per_s']['min']:.3f}-"
                     f"{stats['steps_per_s']['max']:.3f})",
-              f"{stats['ms_per_step']['median']:,.1f}", format_rate(stats["target_tokens_per_s"])]
+              f"{stats['ms_per_step']['median']:,.1f}", format_rate(stats["target_tokens_per_s"]),
+              f"{stats['page_faults_per_step']['median']:,.0f}"]
              for mode, stats in results.items()],
         ),
         "",

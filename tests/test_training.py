@@ -461,10 +461,17 @@ def small_model_like(folder):
     return model.state_dict()
 
 
-def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(corpus, tokenizer_dir, tmp_path):
+def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
+    corpus, tokenizer_dir, tmp_path, monkeypatch
+):
     """The Multi30k cpu recipe's precision and kernel: --bf16 --use_cpu autocasts the products to bfloat16 (losses
-    close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one."""
+    close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one. On a
+    CPU the command keeps the memory a step frees for the next (cpu_memory.py)."""
+    from vanilla_transformer import train
     from vanilla_transformer.train import main
+
+    kept = []
+    monkeypatch.setattr(train, "keep_freed_memory", lambda: kept.append(True) or True)
 
     def losses(trainer):
         return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -482,6 +489,7 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(corpu
                                "--save_strategy", "no", "--model_name_or_path", str(tmp_path / "fp32"),
                                "--attn_implementation", "eager")[1:])
     assert tuned.model.config._attn_implementation == "eager"
+    assert len(kept) == 3  # once per run
 
 
 def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():

@@ -29,6 +29,7 @@ from transformers import (
 from .user_errors import UserError, check_model, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .cpu_memory import keep_freed_memory
 from .data import (
     default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
 )
@@ -411,8 +412,9 @@ def main(argv: list[str] | None = None):
 
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer)
-    if training_args.device.type == "cpu":  # section 5.4's dropout drawn more cheaply on a CPU (dropout.py)
-        model.config.dropout_implementation = "cpu_16bit"
+    if training_args.device.type == "cpu":
+        model.config.dropout_implementation = "cpu_16bit"  # section 5.4's dropout drawn more cheaply (dropout.py)
+        keep_freed_memory()  # each step reuses the memory the last one freed, without page faults (cpu_memory.py)
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(
             model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
