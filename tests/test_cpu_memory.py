@@ -11,8 +11,9 @@ import pytest
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
 
-# Three 12 MiB blocks made and freed together, as a step's activations are: the page faults of each repetition, once
-# glibc's thresholds have adjusted to the block size.
+# Three 12 MiB blocks and one of 40 MiB (above the largest threshold glibc's own adjustment reaches) made and freed
+# together, as a step's activations and logits are: the page faults of each repetition, once glibc's thresholds have
+# adjusted to the block sizes.
 CHURN = """
 import resource, sys, torch
 if sys.argv[1] == "keep":
@@ -23,11 +24,11 @@ else:
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(3):
-    blocks = [torch.ones(3 * 2**20) for _ in range(3)]
+    blocks = [torch.ones(3 * 2**20) for _ in range(3)] + [torch.ones(10 * 2**20)]
     del blocks
 start = faults()
 for _ in range(10):
-    blocks = [torch.ones(3 * 2**20) for _ in range(3)]
+    blocks = [torch.ones(3 * 2**20) for _ in range(3)] + [torch.ones(10 * 2**20)]
     del blocks
 print((faults() - start) / 10)
 """
