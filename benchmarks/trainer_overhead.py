@@ -88,8 +88,8 @@ def parse_args(argv=None):
     parser.add_argument("--collate-batches", type=int, default=20, help="batches timed on the data path (20)")
     parser.add_argument("--pairs", type=int, default=None, help="only the first PAIRS training pairs")
     parser.add_argument("--default-malloc", action="store_true",
-                        help="on a CPU, leave glibc's malloc as it is (the train command fixes its thresholds: "
-                        "cpu_memory.py)")
+                        help="on a CPU, leave glibc's malloc as it is (the train command sets it to keep freed "
+                        "memory: cpu_memory.py)")
     args = parser.parse_args(argv)
     args.repeats = max(args.repeats, 1)
     if args.smoke:
@@ -238,13 +238,13 @@ def main(argv=None):
         bare_step(model, optimizer, batches[0], loss_function, args.device, bf16)
         synchronize(args.device)
         profiler = start_profiler(args.device) if profile else None
-        start, faults = time.perf_counter(), page_faults()
+        start, faults_before = time.perf_counter(), page_faults()
         for batch in batches[1: 1 + profile] if profile else batches[1:]:
             bare_step(model, optimizer, batch, loss_function, args.device, bf16)
         synchronize(args.device)
         seconds = time.perf_counter() - start
         if profiler is None:
-            return seconds, page_faults() - faults
+            return seconds, page_faults() - faults_before
         profiler.stop()
         return profiler, seconds
 

@@ -1,6 +1,6 @@
-"""`cpu_memory.keep_freed_memory`: with glibc's thresholds fixed, memory a step frees is reused by the next step
-without page faults; the user's own malloc settings are left alone. Each case runs in a fresh process, since the
-setting cannot be undone in the process that makes it."""
+"""`cpu_memory.keep_freed_memory`: with glibc's malloc set to keep freed memory, what a step frees is reused by the
+next step without page faults; the user's own malloc settings are left alone. Each case runs in a fresh process,
+since the setting cannot be undone in the process that makes it."""
 
 import os
 import platform
