@@ -475,10 +475,6 @@ def main(argv: list[str] | None = None):
         metrics = trainer.evaluate(metric_key_prefix="eval")
         trainer.log_metrics("eval", metrics)
         trainer.save_metrics("eval", metrics)
-    # Under torchrun or accelerate launch: every process is done before the process group is closed, so that none
-    # exits while another's communication threads still wait on it (accelerate's end of training).
-    trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
     return trainer
 
 
