@@ -88,8 +88,8 @@ def parse_args(argv=None):
     parser.add_argument("--collate-batches", type=int, default=20, help="batches timed on the data path (20)")
     parser.add_argument("--pairs", type=int, default=None, help="only the first PAIRS training pairs")
     parser.add_argument("--default-malloc", action="store_true",
-                        help="on a CPU, leave glibc's malloc as it is (the train command sets it to keep freed "
-                        "memory: cpu_memory.py)")
+                        help="on a CPU, leave glibc's malloc as it is (the train command fixes its thresholds: "
+                        "cpu_memory.py)")
     args = parser.parse_args(argv)
     args.repeats = max(args.repeats, 1)
     if args.smoke:
