@@ -53,9 +53,8 @@ from common import (
 )
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
-from vanilla_transformer.cpu_memory import keep_freed_memory
 from vanilla_transformer.input_checks import check_feature_token_ids
-from vanilla_transformer.train import new_model_config, parse_arguments
+from vanilla_transformer.train import new_model_config, parse_arguments, prepare_cpu_training
 from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, TrainingTimeBudget, paper_learning_rate
 
 SMOKE_PAIRS = 2000
@@ -122,7 +121,7 @@ class StepClock(TrainerCallback):
     def __init__(self, device: str, profile: int = 0):
         self.device, self.profile, self.profiler = device, profile, None
         self.start = self.seconds = self.profiled_seconds = None
-        self.faults = None
+        self.faults_at_start = self.faults = None
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
@@ -131,7 +130,7 @@ class StepClock(TrainerCallback):
                 self.profiler = start_profiler(self.device)
             synchronize(self.device)
             self.start = time.perf_counter()
-            self.faults = page_faults()
+            self.faults_at_start = page_faults()
         if self.profiler is not None and step == 1 + self.profile:
             synchronize(self.device)
             self.profiled_seconds = time.perf_counter() - self.start
@@ -139,7 +138,7 @@ class StepClock(TrainerCallback):
         if step == state.max_steps:
             synchronize(self.device)
             self.seconds = time.perf_counter() - self.start
-            self.faults = page_faults() - self.faults
+            self.faults = page_faults() - self.faults_at_start
 
 
 def page_faults() -> int:
@@ -191,9 +190,7 @@ def main(argv=None):
     model_args, data_args, recipe_args, training_args = trainer_arguments(args, output_dir)
     model = VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
     if training_args.device.type == "cpu":  # as the train command does
-        model.config.dropout_implementation = "cpu_16bit"
-        if not args.default_malloc:
-            keep_freed_memory()
+        prepare_cpu_training(model, keep_memory=not args.default_malloc)
     training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps,
                                                       recipe_args.lr_scale)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)

@@ -337,6 +337,14 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
     return VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
 
 
+def prepare_cpu_training(model, keep_memory: bool = True) -> None:
+    """What the command sets up to train `model` on a CPU: section 5.4's dropout drawn more cheaply (dropout.py), and,
+    with `keep_memory`, each step reusing the memory the last one freed, without page faults (cpu_memory.py)."""
+    model.config.dropout_implementation = "cpu_16bit"
+    if keep_memory:
+        keep_freed_memory()
+
+
 def new_model_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None) -> VanillaTransformerConfig:
     """The preset with the size flags, for `tokenizer`'s vocabulary and special tokens; with no tokenizer yet, for
     `--vocab-size` tokens (enough to check the flags)."""
@@ -413,8 +421,7 @@ def main(argv: list[str] | None = None):
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer)
     if training_args.device.type == "cpu":
-        model.config.dropout_implementation = "cpu_16bit"  # section 5.4's dropout drawn more cheaply (dropout.py)
-        keep_freed_memory()  # each step reuses the memory the last one freed, without page faults (cpu_memory.py)
+        prepare_cpu_training(model)
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(
             model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
