@@ -1,9 +1,9 @@
-"""Section 5.4's dropout on a CPU: the package's `cpu_16bit` kernel (dropout.py: 16 random bits per element, one 64-bit
-draw per four elements) against torch's `nn.functional.dropout` (one random float per element), in our model's full
-training step.
+"""Section 5.4's dropout on a CPU: the train command's `dropout16` speed-up (cpu_training.py: 16 random bits per element,
+one 64-bit draw per four elements) against torch's `nn.functional.dropout` (one random float per element), in our
+model's full training step.
 
-One process, one model, the same batches: rounds alternate between the two kernels (the model's
-`config.dropout_implementation` is switched), so machine noise hits both alike. A step is forward, label-smoothed cross-entropy (0.1),
+One process, one model, the same batches: rounds alternate between the two kernels (steps run inside
+`CPU16BitDropout` or not), so machine noise hits both alike. A step is forward, label-smoothed cross-entropy (0.1),
 backward, Adam(0.9, 0.98, 1e-9) step and zero_grad, with P_drop 0.1, as in `train_throughput.py`. Also timed: the
 dropout alone, forward and backward, on a (tokens x d_ff) tensor.
 
@@ -14,6 +14,7 @@ dropout alone, forward and backward, on a (tokens x d_ff) tensor.
 """
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -34,9 +35,14 @@ from common import (
 )
 from train_throughput import ADAM, DROPOUT, SMOKE_PAIRS, train_step, training_batches
 
-from vanilla_transformer.dropout import DROPOUT_FUNCTIONS
 
-KERNELS = {name: DROPOUT_FUNCTIONS[name] for name in ("cpu_16bit", "torch")}
+from vanilla_transformer.cpu_training import CPU16BitDropout, cpu_16bit_dropout
+
+# Each kernel: the context its training steps run in, and the dropout alone.
+KERNELS = {
+    "cpu_16bit": (CPU16BitDropout, lambda x, p: cpu_16bit_dropout(x, p)),
+    "torch": (contextlib.nullcontext, lambda x, p: torch.nn.functional.dropout(x, p, training=True)),
+}
 
 
 def parse_args(argv=None):
@@ -77,10 +83,10 @@ def main(argv=None):
         for round_index in range(args.repeats):
             order = list(KERNELS) if round_index % 2 == 0 else list(KERNELS)[::-1]
             for name in order:
-                model.config.dropout_implementation = name
                 start = time.perf_counter()
-                for batch in batches:
-                    train_step(model, optimizer, batch, "cpu", args.bf16)
+                with KERNELS[name][0]():
+                    for batch in batches:
+                        train_step(model, optimizer, batch, "cpu", args.bf16)
                 step_ms[name].append((time.perf_counter() - start) / len(batches) * 1e3)
                 progress.update()
     finally:
@@ -91,11 +97,11 @@ def main(argv=None):
     activations = torch.randn(tokens, model.config.encoder_ffn_dim, requires_grad=True,
                               dtype=torch.bfloat16 if args.bf16 else torch.float32)
     alone_ms = {}
-    for name, kernel in KERNELS.items():
+    for name, (_, kernel) in KERNELS.items():
         times = []
         for _ in range(max(5, args.repeats)):
             start = time.perf_counter()
-            kernel(activations, DROPOUT, True).sum().backward()
+            kernel(activations, DROPOUT).sum().backward()
             times.append((time.perf_counter() - start) * 1e3)
         alone_ms[name] = statistics.median(times)
 
@@ -109,7 +115,7 @@ def main(argv=None):
                     steps=args.steps, rounds=args.repeats, mean_target_tokens=target_tokens,
                     dropout_alone_shape=list(activations.shape), smoke=args.smoke)
     speedup = medians["torch"] / medians["cpu_16bit"]
-    print("## Dropout on a CPU: the package's cpu_16bit kernel vs torch's, in our model's training step\n")
+    print("## Dropout on a CPU: the train command's cpu_16bit kernel vs torch's, in our model's training step\n")
     print("\n".join(environment_lines(env)))
     print(f"- {args.size}, {'bf16 autocast' if args.bf16 else 'fp32'}, {args.attn_implementation} attention, "
           f"P_drop {DROPOUT}, attention/ReLU dropout {args.attention_dropout}; {args.steps} batches of <= "

@@ -12,6 +12,8 @@ after the recipe's (the later wins).
     python benchmarks/recipe_speed.py --trees ../before . --steps 300 --rounds 2
     python benchmarks/recipe_speed.py --recipe base --trees ../before . --steps 200 --rounds 1   # a GPU
     python benchmarks/recipe_speed.py --recipe base --steps 200 --dataloader_num_workers 2        # flags for train
+    python benchmarks/recipe_speed.py --recipe tiny --steps 150 --variant all= \
+        --variant no-dropout16="--cpu_speedups keep_memory chunked_loss"                  # train flags compared too
     python benchmarks/recipe_speed.py --trees . --smoke
 """
 
@@ -20,6 +22,7 @@ import gzip
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -31,13 +34,13 @@ from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = (REPO / ".." / "shared" / "data" / "multi30k").resolve()
-# The subprocess: `train` with a callback that times the steady state (the Trainer class that `train` builds, made to
-# take one more callback; any tree of this project has it).
+# The subprocess: `train` with a callback that times the steady state, given to whichever Trainer `train` builds.
 RUN = """
 import json, sys, time
 import torch
 import vanilla_transformer
 import vanilla_transformer.train as command
+import transformers
 from transformers import TrainerCallback
 print(vanilla_transformer.__file__)
 steady_from, out = int(sys.argv[1]), sys.argv[2]
@@ -48,10 +51,10 @@ class SteadyClock(TrainerCallback):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             times[state.global_step] = time.perf_counter()
-class Trainer(command.TokenBatchSeq2SeqTrainer):
-    def __init__(self, *args, callbacks=None, **kwargs):
-        super().__init__(*args, callbacks=[*(callbacks or []), SteadyClock()], **kwargs)
-command.TokenBatchSeq2SeqTrainer = Trainer
+trainer_init = transformers.Trainer.__init__
+def observed_init(self, *args, callbacks=None, **kwargs):
+    trainer_init(self, *args, callbacks=[*(callbacks or []), SteadyClock()], **kwargs)
+transformers.Trainer.__init__ = observed_init
 trainer = command.main(sys.argv[3:])
 last = trainer.state.global_step
 steady = (last - steady_from) / (times[last] - times[steady_from]) if last > steady_from else None
@@ -94,8 +97,12 @@ def main(argv=None):
     parser.add_argument("--recipe", default="cpu", choices=["cpu", "tiny", "base"],
                         help="Multi30k recipe size (default cpu)")
     parser.add_argument("--steady-from", type=int, default=20, help="the steady state starts after this step (20)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                        help="compare `train` flags too: each tree runs once a round with each variant's flags "
+                             "(after the others; repeat the option; FLAGS may be empty)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: checks the script only")
     args, train_flags = parser.parse_known_args(argv)
+    variants = dict(variant.split("=", 1) for variant in args.variant) or {"": ""}
 
     flags = recipe_flags(args.recipe)
     scratch = Path(tempfile.mkdtemp(prefix="recipe_speed-"))
@@ -117,33 +124,39 @@ def main(argv=None):
     if not args.smoke:
         flags += ["--vocab_size", "8000"]
     flags += train_flags
-    speeds = {tree: [] for tree in args.trees}
-    steady = {tree: [] for tree in args.trees}
+    runs = [(tree, name) for tree in args.trees for name in variants]
+    speeds = {run: [] for run in runs}
+    steady = {run: [] for run in runs}
     try:
-        with tqdm(total=args.rounds * len(args.trees), desc="rounds") as bar:
+        with tqdm(total=args.rounds * len(runs), desc="rounds") as bar:
             for round_index in range(args.rounds):
-                order = args.trees if round_index % 2 == 0 else args.trees[::-1]
-                for tree_index, tree in enumerate(order):
-                    output_dir = scratch / f"run-{round_index}-{tree_index}"
-                    whole, steady_state = steps_per_second(tree, flags, output_dir, args.steady_from)
-                    speeds[tree].append(whole)
-                    steady[tree].append(steady_state)
+                order = runs if round_index % 2 == 0 else runs[::-1]
+                for run_index, (tree, name) in enumerate(order):
+                    output_dir = scratch / f"run-{round_index}-{run_index}"
+                    run_flags = flags + shlex.split(variants[name])
+                    whole, steady_state = steps_per_second(tree, run_flags, output_dir, args.steady_from)
+                    speeds[tree, name].append(whole)
+                    steady[tree, name].append(steady_state)
                     bar.update()
     finally:
         shutil.rmtree(scratch)
     extra = f", train flags {' '.join(train_flags)}" if train_flags else ""
-    print(f"Multi30k {args.recipe} recipe{extra}, {args.steps} steps a round, {args.rounds} rounds per tree, "
+    print(f"Multi30k {args.recipe} recipe{extra}, {args.steps} steps a round, {args.rounds} rounds per run, "
           f"alternating; steady state from step {args.steady_from}\n")
-    print("| tree | steps/s, whole run, each round | median | steady steps/s, each round | median |")
-    print("|---|---|---|---|---|")
-    for tree, values in speeds.items():
-        steadies = [value for value in steady[tree] if value is not None]
+    print("| tree | variant | steps/s, whole run, each round | median | steady steps/s, each round | median |")
+    print("|---|---|---|---|---|---|")
+    for (tree, name), values in speeds.items():
+        steadies = [value for value in steady[tree, name] if value is not None]
         steady_median = f"{statistics.median(steadies):.3f}" if steadies else "-"
-        print(f"| {os.path.relpath(tree)} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.median(values):.3f} "
+        print(f"| {os.path.relpath(tree)} | {name or '-'} | "
+              f"{', '.join(f'{v:.3f}' for v in values)} | {statistics.median(values):.3f} "
               f"| {', '.join(f'{v:.3f}' for v in steadies)} | {steady_median} |")
-    if len(args.trees) == 2:
-        first, second = (statistics.median(speeds[tree]) for tree in args.trees)
-        print(f"\n{os.path.relpath(args.trees[1])} / {os.path.relpath(args.trees[0])}: {second / first:.3f}x (whole run)")
+    if len(runs) > 1:
+        first = statistics.median(speeds[runs[0]])
+        for run in runs[1:]:
+            label = " ".join(part for part in (os.path.relpath(run[0]), run[1]) if part)
+            reference = " ".join(part for part in (os.path.relpath(runs[0][0]), runs[0][1]) if part)
+            print(f"{label} / {reference}: {statistics.median(speeds[run]) / first:.3f}x (whole run)")
 
 
 if __name__ == "__main__":

@@ -53,9 +53,11 @@ from common import (
 )
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
-from vanilla_transformer.input_checks import check_feature_token_ids
-from vanilla_transformer.train import new_model_config, parse_arguments, prepare_cpu_training
-from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, TrainingTimeBudget, paper_learning_rate
+from vanilla_transformer.cpu_training import CPU16BitDropout, CPUSeq2SeqTrainer
+from vanilla_transformer.train import cpu_speedups, new_model_config, parse_arguments
+from vanilla_transformer.training import (
+    TokenBatchSeq2SeqTrainer, TrainingTimeBudget, check_feature_token_ids, paper_learning_rate
+)
 
 SMOKE_PAIRS = 2000
 MODES = ("Trainer", "bare")
@@ -87,8 +89,8 @@ def parse_args(argv=None):
     parser.add_argument("--collate-batches", type=int, default=20, help="batches timed on the data path (20)")
     parser.add_argument("--pairs", type=int, default=None, help="only the first PAIRS training pairs")
     parser.add_argument("--default-malloc", action="store_true",
-                        help="on a CPU, leave glibc's malloc as it is (the train command fixes its thresholds: "
-                        "cpu_memory.py)")
+                        help="on a CPU, leave glibc's malloc as it is (the train command's keep_memory speed-up "
+                        "fixes its thresholds: cpu_training.py)")
     args = parser.parse_args(argv)
     args.repeats = max(args.repeats, 1)
     if args.smoke:
@@ -165,9 +167,9 @@ def self_times_ms(profiler: torch.profiler.profile, seconds: float, steps: int) 
     return dict(wall=1e3 * seconds / steps, operators=operators)
 
 
-def bare_step(model, optimizer, batch: dict, loss_function, device_type: str, bf16: bool) -> None:
+def bare_step(model, optimizer, batch: dict, loss_function, device_type: str, bf16: bool, dropout=nullcontext):
     inputs = {name: batch[name] for name in ("input_ids", "attention_mask", "decoder_input_ids")}
-    with torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext():
+    with torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext(), dropout():
         outputs = model(**inputs, use_cache=False)
     labels = batch["labels"]
     loss = loss_function(outputs, labels, num_items_in_batch=(labels != -100).sum())
@@ -189,8 +191,10 @@ def main(argv=None):
     output_dir = tempfile.mkdtemp(prefix="trainer_overhead-")
     model_args, data_args, recipe_args, training_args = trainer_arguments(args, output_dir)
     model = VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
-    if training_args.device.type == "cpu":  # as the train command does
-        prepare_cpu_training(model, keep_memory=not args.default_malloc)
+    if args.default_malloc:
+        recipe_args.cpu_speedups = [name for name in recipe_args.cpu_speedups if name != "keep_memory"]
+    speedups = cpu_speedups(recipe_args, training_args)  # as the train command does
+    trainer_class, options = (CPUSeq2SeqTrainer, dict(speedups=speedups)) if speedups else (TokenBatchSeq2SeqTrainer, {})
     training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps,
                                                       recipe_args.lr_scale)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
@@ -198,9 +202,9 @@ def main(argv=None):
 
     def trainer(*callbacks):
         budget = [TrainingTimeBudget(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes else []
-        built = TokenBatchSeq2SeqTrainer(model=model, args=training_args, train_dataset=dataset, data_collator=collator,
-                                         processing_class=tokenizer, max_tokens=data_args.max_tokens or None,
-                                         callbacks=[*budget, *callbacks])
+        built = trainer_class(model=model, args=training_args, train_dataset=dataset, data_collator=collator,
+                              processing_class=tokenizer, max_tokens=data_args.max_tokens or None,
+                              callbacks=[*budget, *callbacks], **options)
         built.remove_callback(PrinterCallback)
         return built
 
@@ -222,6 +226,7 @@ def main(argv=None):
     probe = trainer()
     batches = [dict(batch) for batch in islice(probe.get_train_dataloader(), args.steps)]
     loss_function = probe.compute_loss_func
+    dropout = CPU16BitDropout if "dropout16" in speedups else nullcontext  # as the Trainer's steps
     if len(batches) < args.steps:
         raise SystemExit(f"--steps {args.steps} needs as many batches; the data gives only {len(batches)}")
     model.to(training_args.device).train()
@@ -232,12 +237,12 @@ def main(argv=None):
     def bare_round(profile: int = 0):
         """The seconds and page faults of steps 2 to the last, or with `profile`, the profiler and seconds of steps 2
         to 1 + profile."""
-        bare_step(model, optimizer, batches[0], loss_function, args.device, bf16)
+        bare_step(model, optimizer, batches[0], loss_function, args.device, bf16, dropout)
         synchronize(args.device)
         profiler = start_profiler(args.device) if profile else None
         start, faults_before = time.perf_counter(), page_faults()
         for batch in batches[1: 1 + profile] if profile else batches[1:]:
-            bare_step(model, optimizer, batch, loss_function, args.device, bf16)
+            bare_step(model, optimizer, batch, loss_function, args.device, bf16, dropout)
         synchronize(args.device)
         seconds = time.perf_counter() - start
         if profiler is None:
@@ -326,7 +331,7 @@ def measure_data_path(args, dataset, collator, vocab_size: int) -> dict:
 
 def report(env, settings, results, ratio, profiles, data_path) -> str:
     precision = "bf16 autocast" if settings["bf16"] else "fp32"
-    malloc = "glibc's malloc as it is" if settings["default_malloc"] else "malloc keeping freed memory (cpu_memory.py)"
+    malloc = "glibc's malloc as it is" if settings["default_malloc"] else "malloc keeping freed memory (cpu_training.py)"
     lines = [
         "## The Trainer's step against the bare step" + (" (smoke run)" if settings["smoke"] else ""),
         "",

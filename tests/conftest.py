@@ -1,9 +1,19 @@
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.tokenization import train_tokenizer
+
+
+# Multi30k (gzip, one sentence a line: train, val and test_2016_flickr in en, de and fr) sits beside the checkout, in
+# ../shared/data/multi30k, here and in CI; never copied into the repository. The scripts of benchmarks/ and examples/
+# cannot import this file and name the same default folder themselves.
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+MULTI30K_MISSING = f"Multi30k not found at {MULTI30K} (../shared/data/multi30k beside the checkout)"
+requires_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=MULTI30K_MISSING)
 
 
 def make_tiny_config(**overrides) -> VanillaTransformerConfig:
@@ -60,10 +70,30 @@ def batch():
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def multi30k():
+    """The Multi30k folder (`MULTI30K`); a test that asks for it is skipped, saying where it looked, without it."""
+    if not MULTI30K.is_dir():
+        pytest.skip(MULTI30K_MISSING)
+    return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """English -> French number words (the demo's task), small: 600 training pairs (the 550 numbers below 1,000 that
+    are not held out, once each, and 50 of 4 digits), 50 validation pairs of 4 digits, and the 450 held-out numbers
+    100-999 and 50 of 4 digits as the test split. The `tokenizer_dir` and `tokenizer` fixtures learn their BPE from it.
+    Shared by every test module: read it, never change it."""
+    from vanilla_transformer.number_words import number_words_corpus  # optional packages: num2words, datasets
+
+    return number_words_corpus("fr", train_size=600, validation_size=50, test_size=50, max_digits=4,
+                               repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
+
+
+@pytest.fixture(scope="session")
 def tokenizer_dir(corpus, tmp_path_factory):
-    """A saved BPE of 300 tokens learnt from both sides of the `corpus` fixture's training pairs (each test module
-    that uses it defines `corpus`)."""
+    """A saved BPE of 300 tokens learnt from both sides of the `corpus` fixture's training pairs (shared: load it,
+    never write into it)."""
     texts = (text for pair in corpus["train"]["translation"] for text in pair.values())
     folder = tmp_path_factory.mktemp("tokenizer")
     train_tokenizer(texts, vocab_size=300, show_progress=False).save_pretrained(folder)
@@ -72,4 +102,16 @@ def tokenizer_dir(corpus, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer(tokenizer_dir):
+    """The `tokenizer_dir` BPE loaded, a fresh object for each test module. test_tokenization.py and
+    test_ctranslate2.py define their own `tokenizer`, learnt from their own sentences."""
     return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def tokenized(corpus, tokenizer):
+    """Every split of `corpus` tokenized by `tokenizer` (English -> French): {"train": Dataset, "validation": ...}
+    of `input_ids`, `attention_mask` and `labels`."""
+    from vanilla_transformer.training import tokenize_pairs
+
+    tokenize = tokenize_pairs(tokenizer, "en", "fr")
+    return {name: split.map(tokenize, batched=True, remove_columns=split.column_names) for name, split in corpus.items()}

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import MULTI30K
 from num2words import num2words
 from torch.utils.flop_counter import FlopCounterMode
 
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-MULTI30K = (BENCHMARKS.parent / ".." / "shared" / "data" / "multi30k").resolve()
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,7 @@ def table_rows(markdown: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in rows if not set("".join(row)) <= set("- ")]
 
 
+@pytest.mark.slow
 def test_dropout_speed_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("dropout_speed", data_dir, tmp_path, "--attention-dropout", "0.1")
     header, *rows = table_rows(stdout)
@@ -64,6 +65,7 @@ def test_dropout_speed_smoke(data_dir, tmp_path):
     assert report["settings"]["attention_and_relu_dropout"] == 0.1
 
 
+@pytest.mark.slow
 def test_loss_speed_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("loss_speed", data_dir, tmp_path)
     header, *rows = table_rows(stdout)
@@ -78,6 +80,7 @@ def test_loss_speed_smoke(data_dir, tmp_path):
         assert chunked_value == pytest.approx(torch_value, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_generate_speed_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("generate_speed", data_dir, tmp_path)
     header, *rows = table_rows(stdout)
@@ -97,6 +100,7 @@ def test_generate_speed_smoke(data_dir, tmp_path):
         assert ours["generated_tokens"] == marian["generated_tokens"] == expected
 
 
+@pytest.mark.slow
 def test_generate_speed_compiled_smoke(data_dir, tmp_path):
     """--compile: ours and Marian eager and compiled, and ours in CTranslate2; batch 32 only, to compile few shapes."""
     stdout, report = run_smoke("generate_speed", data_dir, tmp_path, "--compile", "--batch-sizes", "32")
@@ -119,6 +123,7 @@ def test_generate_speed_compiled_smoke(data_dir, tmp_path):
         assert row[-1] == f"{ratio:.2f}"
 
 
+@pytest.mark.slow
 def test_train_throughput_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("train_throughput", data_dir, tmp_path)
     header, *rows = table_rows(stdout)
@@ -137,6 +142,7 @@ def test_train_throughput_smoke(data_dir, tmp_path):
         assert 0 < stats["last_loss"] < 2 * math.log(report["settings"]["vocab_size"])
 
 
+@pytest.mark.slow
 def test_ct2_speed_smoke(data_dir, tmp_path):
     stdout, report = run_smoke("ct2_speed", data_dir, tmp_path)
     header, *rows = table_rows(stdout)
@@ -153,6 +159,7 @@ def test_ct2_speed_smoke(data_dir, tmp_path):
         assert [engine["generated_tokens"] for engine in engines] == [expected] * 3
 
 
+@pytest.mark.slow
 def test_ct2_speed_smoke_without_generate(data_dir, tmp_path):
     stdout, report = run_smoke("ct2_speed", data_dir, tmp_path, "--skip-generate")
     header, *rows = table_rows(stdout)
@@ -190,6 +197,7 @@ def test_training_flops_match_torch_flop_counter(name, monkeypatch):
     assert counter.get_total_flops() == training_flops(SIZES["tiny"], 1000, [batch])
 
 
+@pytest.mark.slow
 def test_trainer_overhead_smoke(data_dir, tmp_path):
     """The Trainer (its batches collated in a worker process) against the bare step, the profile, the data path."""
     stdout, report = run_smoke("trainer_overhead", data_dir, tmp_path, "--workers", "1")
@@ -210,6 +218,7 @@ def test_trainer_overhead_smoke(data_dir, tmp_path):
     assert report["data_path"]["ms_per_batch"]["total"]["median"] > 0
 
 
+@pytest.mark.slow
 def test_data_path_smoke(data_dir, tmp_path):
     """Loading, tokenizer training, tokenization with the length filter, token batching and a step on a small generated corpus."""
     stdout, report = run_smoke("data_path", data_dir, tmp_path)
@@ -223,6 +232,7 @@ def test_data_path_smoke(data_dir, tmp_path):
         assert stage["seconds"] > 0 and 0 < stage["peak_rss_gib"] < 8
 
 
+@pytest.mark.slow
 def test_generate_speed_compiled_smoke_with_chosen_engines(data_dir, tmp_path):
     """--engines: only the engines named are timed (CTranslate2 is not needed when ours_ct2 is not among them)."""
     stdout, report = run_smoke("generate_speed", data_dir, tmp_path, "--compile", "--batch-sizes", "32", "--beams", "1",
@@ -235,17 +245,19 @@ def test_generate_speed_compiled_smoke_with_chosen_engines(data_dir, tmp_path):
     assert not set(report["results"][0]) & {"marian", "marian_compiled", "ours_ct2"}
 
 
+@pytest.mark.slow
 def test_recipe_speed_smoke_passes_unknown_flags_to_train(data_dir, tmp_path):
-    """One tree, a flag for `train` passed through: both speeds of the round, and an unknown flag stops `train`."""
+    """One tree, a flag for `train` passed through, two variants of train flags: both speeds of each run."""
     command = [sys.executable, str(BENCHMARKS / "recipe_speed.py"), "--smoke", "--data-dir", str(data_dir),
-               "--trees", str(BENCHMARKS.parent), "--dataloader_num_workers", "1"]
+               "--trees", str(BENCHMARKS.parent), "--dataloader_num_workers", "1",
+               "--variant", "all=", "--variant", "none=--cpu_speedups none"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
     assert "Multi30k cpu recipe, train flags --dataloader_num_workers 1, 3 steps a round" in result.stdout
-    header, row = table_rows(result.stdout)
-    assert header == ["tree", "steps/s, whole run, each round", "median", "steady steps/s, each round", "median"]
-    whole, steady = float(row[2]), float(row[4])
-    assert whole > 0 and steady > 0
-
-    bad = subprocess.run([*command[:-2], "--no_such_train_flag", "1"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "no_such_train_flag" in bad.stderr
+    header, *rows = table_rows(result.stdout)
+    assert header == ["tree", "variant", "steps/s, whole run, each round", "median", "steady steps/s, each round",
+                      "median"]
+    assert [row[1] for row in rows] == ["all", "none"]
+    for row in rows:
+        assert float(row[3]) > 0 and float(row[5]) > 0
+    assert "none / . all:" in result.stdout

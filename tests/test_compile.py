@@ -12,8 +12,7 @@ from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, bucket_length, compiled_decoding, default_mode
-from vanilla_transformer.number_words import number_words_corpus
-from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, paper_training_arguments, tokenize_pairs
+from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, paper_training_arguments
 from vanilla_transformer.translate import translate_lines
 
 
@@ -32,6 +31,7 @@ def static_cache(config, max_length: int, source_length: int) -> EncoderDecoderC
     )
 
 
+@pytest.mark.slow
 def test_a_cached_decoding_step_compiles_without_graph_breaks_and_equals_eager(tiny_model, batch):
     source = dict(attention_mask=batch["attention_mask"])
     targets = batch["decoder_input_ids"][:1].repeat(2, 1)  # unpadded: the step takes no decoder mask, as in generate()
@@ -57,6 +57,7 @@ def bucketed(input_ids: torch.Tensor) -> dict:
     return dict(input_ids=F.pad(input_ids, padding), attention_mask=F.pad(torch.ones_like(input_ids), padding))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_generate_with_compiled_steps_gives_eagers_tokens_call_after_call(tiny_model, num_beams):
     """Two calls of the same shapes (the second reuses the first's graph) and a third of another source length."""
@@ -81,31 +82,24 @@ def test_the_default_mode_uses_cuda_graphs_on_a_gpu_only():
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    """English number words -> French (the demo's task), small: the `tokenizer` fixture learns its BPE from it."""
-    return number_words_corpus("fr", train_size=600, validation_size=20, test_size=40, max_digits=4,
-                               repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
-
-
-@pytest.fixture(scope="module")
-def number_words_model(corpus, tokenizer, tmp_path_factory):
+def number_words_model(tokenized, tokenizer, tmp_path_factory):
     """A small model trained with the package's recipe until its translations are mostly right: trained weights make
-    peaked, length-dependent scores, where beam search's choices and early ends differ from a random model's."""
-    tokenize = tokenize_pairs(tokenizer, "en", "fr")
-    train = corpus["train"].map(tokenize, batched=True, remove_columns=corpus["train"].column_names)
+    peaked, length-dependent scores, where beam search's choices and early ends differ from a random model's. On the
+    shared `corpus`, 400 steps get 367 of its 500 held-out numbers right in greedy search (300 steps, only 221)."""
     torch.manual_seed(0)
     config = VanillaTransformerConfig.from_preset("tiny", vocab_size=len(tokenizer), d_model=64, dropout=0.0,
                                                   encoder_ffn_dim=128, decoder_ffn_dim=128)
     model = VanillaTransformerForConditionalGeneration(config)
     args = paper_training_arguments(
-        str(tmp_path_factory.mktemp("run")), d_model=64, warmup_steps=30, lr_scale=0.5, max_steps=300,
+        str(tmp_path_factory.mktemp("run")), d_model=64, warmup_steps=30, lr_scale=0.5, max_steps=400,
         report_to=[], save_strategy="no", disable_tqdm=True, predict_with_generate=False,
     )
-    TokenBatchSeq2SeqTrainer(model=model, args=args, train_dataset=train, max_tokens=1024,
+    TokenBatchSeq2SeqTrainer(model=model, args=args, train_dataset=tokenized["train"], max_tokens=1024,
                              data_collator=DataCollatorForSeq2Seq(tokenizer, model=model)).train()
     return model.eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_a_trained_model_translates_alike_with_the_static_cache_and_compiled(number_words_model, tokenizer, corpus,
                                                                               num_beams):

@@ -29,6 +29,7 @@ MAX_NEW_TOKENS = 20  # random models rarely stop on their own
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    """This module's own BPE, learnt from SENTENCES (it stands in for conftest's number-words `tokenizer` here)."""
     return train_tokenizer(SENTENCES * 3, vocab_size=300, show_progress=False)
 
 

@@ -115,6 +115,7 @@ def test_cached_generation_on_the_gpu_equals_uncached(num_beams):
     torch.testing.assert_close(torch.stack(cached.scores), torch.stack(uncached.scores), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_compiled_decoding_with_cuda_graphs_gives_eagers_tokens(num_beams):
     """compiled_decoding's GPU mode, reduce-overhead: CUDA graphs replaying the static cache's step, call after call."""

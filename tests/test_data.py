@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K, requires_multi30k
 from datasets import Dataset, Features, Translation
 
 from vanilla_transformer import data
@@ -24,7 +25,6 @@ from vanilla_transformer.data import (
 )
 
 
-MULTI30K = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
 
 
 def write(path: Path, text: str) -> Path:
@@ -269,7 +269,7 @@ def test_pair_texts_gives_source_then_target_of_each_pair_in_order():
 # --- The real corpus -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K}")
+@requires_multi30k
 def test_real_multi30k_validation_split():
     dataset = load_parallel_files(MULTI30K / "val.en.gz", MULTI30K / "val.de.gz", "en", "de")
     assert len(dataset) == 1014
@@ -280,16 +280,6 @@ def test_real_multi30k_validation_split():
 
 
 # --- Several processes tokenizing -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    """English -> French number words, 600 pairs (the `tokenizer_dir` fixture learns its BPE from them)."""
-    from datasets import DatasetDict
-    from num2words import num2words
-
-    pairs = [{"en": num2words(n, lang="en"), "fr": num2words(n, lang="fr")} for n in range(1000, 1600)]
-    return DatasetDict(train=Dataset.from_dict({"translation": pairs}))
 
 
 @pytest.mark.parametrize("before", [None, "true"])

@@ -14,7 +14,9 @@ from vanilla_transformer.number_words import describe_training, magnitude, numbe
 
 
 @pytest.fixture(scope="module")
-def corpus():
+def demo_corpus():
+    """A corpus of the demo's kind at a third of its default size (20,000 training pairs, numbers up to 6 digits), as
+    against conftest's small `corpus` (600 pairs of up to 4 digits) that feeds the tokenizers and short runs."""
     return number_words_corpus("fr", train_size=20000, validation_size=100, test_size=300, max_digits=6,
                                repeats_below_10=80, repeats_short=50, repeats_hundreds=20, seed=0)
 
@@ -24,47 +26,48 @@ def test_magnitude_is_the_range_of_numbers_with_as_many_digits():
         "0-9", "0-9", "10-99", "10-99", "100-999", "100-999", "1,000-9,999", "10,000-99,999", "100,000-999,999"]
 
 
-def test_held_out_numbers_cover_every_magnitude_from_100_and_are_never_in_training(corpus):
-    train, validation = set(corpus["train"]["number"]), set(corpus["validation"]["number"])
-    test = corpus["test"]["number"]
+def test_held_out_numbers_cover_every_magnitude_from_100_and_are_never_in_training(demo_corpus):
+    train, validation = set(demo_corpus["train"]["number"]), set(demo_corpus["validation"]["number"])
+    test = demo_corpus["test"]["number"]
     assert not train & set(test) and not validation & set(test) and not train & validation
     assert test == sorted(set(test))
-    counts = Counter(corpus["test"]["magnitude"])
+    counts = Counter(demo_corpus["test"]["magnitude"])
     assert list(counts) == ["100-999", "1,000-9,999", "10,000-99,999", "100,000-999,999"]
     assert counts["100-999"] == 450 and sum(counts.values()) == 450 + 300
     # The test numbers are drawn before the training ones, the digit count uniformly: each magnitude has its share.
     assert all(70 <= counts[m] <= 130 for m in ["1,000-9,999", "10,000-99,999", "100,000-999,999"]), counts
-    assert corpus["test"]["magnitude"] == [magnitude(n) for n in test]
+    assert demo_corpus["test"]["magnitude"] == [magnitude(n) for n in test]
 
 
-def test_every_number_below_1000_is_evaluated_held_out_or_seen_in_training(corpus):
-    train = Counter(corpus["train"]["number"])
-    seen = corpus["seen"]["number"]
-    held_out = [n for n in corpus["test"]["number"] if n < 1000]
+def test_every_number_below_1000_is_evaluated_held_out_or_seen_in_training(demo_corpus):
+    train = Counter(demo_corpus["train"]["number"])
+    seen = demo_corpus["seen"]["number"]
+    held_out = [n for n in demo_corpus["test"]["number"] if n < 1000]
     assert set(seen) | set(held_out) == set(range(1000)) and not set(seen) & set(held_out)
     assert set(range(100)) <= set(seen)
     # Many copies of the short ones (below 100, round hundreds), for token batches to spread them over many steps.
     assert all(train[n] == (80 if n < 10 else 50 if n < 100 or n % 100 == 0 else 20) for n in seen)
-    assert len(corpus["train"]) == 20000 and sum(train[n] for n in train if n >= 1000) == 20000 - sum(
+    assert len(demo_corpus["train"]) == 20000 and sum(train[n] for n in train if n >= 1000) == 20000 - sum(
         train[n] for n in seen)
-    assert corpus["seen"][9]["translation"] == {"en": "nine", "fr": "neuf"}
-    assert corpus["seen"][9]["magnitude"] == "0-9"
+    assert demo_corpus["seen"][9]["translation"] == {"en": "nine", "fr": "neuf"}
+    assert demo_corpus["seen"][9]["magnitude"] == "0-9"
     round_hundreds = sum(n % 100 == 0 for n in seen) - 1  # 0 is not one
     assert (f"every number below 10, 80 times each, the others below 100 and {round_hundreds} of the 9 round "
             f"hundreds, 50 times each, "
-            f"{450 - round_hundreds} of the other numbers 100-999, 20 times each") in describe_training(corpus["train"])
+            f"{450 - round_hundreds} of the other numbers 100-999, 20 times each") in describe_training(
+        demo_corpus["train"])
 
 
-def test_training_numbers_have_digit_counts_in_proportion_to_themselves_test_numbers_uniform(corpus):
+def test_training_numbers_have_digit_counts_in_proportion_to_themselves_test_numbers_uniform(demo_corpus):
     # Five to seven digits: enough distinct numbers of each count that redrawing repeats does not skew the counts.
     weighted = Counter(len(str(n)) for n in sample_numbers(6000, random.Random(0), 5, 7, set(), weight_by_digits=True))
     assert all(abs(weighted[digits] - 6000 * digits / 18) < 150 for digits in (5, 6, 7)), weighted  # 5 : 6 : 7
     uniform = Counter(len(str(n)) for n in sample_numbers(6000, random.Random(0), 5, 7, set()))
     assert all(abs(uniform[digits] - 2000) < 150 for digits in (5, 6, 7)), uniform
-    large = Counter(len(str(n)) for n in corpus["train"]["number"] if n >= 1000)
+    large = Counter(len(str(n)) for n in demo_corpus["train"]["number"] if n >= 1000)
     assert large[4] < large[5] < large[6]
     assert (f"({large[4]:,} of 4 digits, {large[5]:,} of 5 digits, {large[6]:,} of 6 digits)"
-            in describe_training(corpus["train"]))
+            in describe_training(demo_corpus["train"]))
 
 
 def test_corpus_refuses_sizes_it_cannot_hold():
@@ -74,6 +77,7 @@ def test_corpus_refuses_sizes_it_cannot_hold():
         number_words_corpus(max_digits=3)
 
 
+@pytest.mark.slow  # the demo's command end to end: training, evaluation, model card
 def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
     from vanilla_transformer.train import main
 

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K
 from huggingface_hub import ModelCard
 from transformers import GenerationConfig
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.modeling_vanilla_transformer import shift_tokens_right
 
 
+pytestmark = pytest.mark.slow  # two processes under torchrun
+
 if not hasattr(pytest.importorskip("torch.distributed.fsdp"), "fully_shard"):  # public from torch 2.6
     pytest.skip("this torch has no torch.distributed.fsdp.fully_shard (FSDP2)", allow_module_level=True)
 

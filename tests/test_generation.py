@@ -1,7 +1,6 @@
 """generate(): every decoding mode, the cache, and section 6.1's decoding (beam 4, GNMT length penalty 0.6,
 maximum output length source + 50), checked against brute force and against single-sentence decoding."""
 
-import inspect
 import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -9,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 from conftest import make_tiny_config
-from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.generation_vanilla_transformer import (
@@ -139,6 +138,9 @@ def test_encoder_runs_once_and_cross_attention_projects_once(tiny_model, batch):
 
 
 def test_beam_search_reorders_only_the_self_attention_cache(tiny_model, batch, monkeypatch):
+    """transformers' beam search hands the cache to the model's `_reorder_cache` after every step (fails if it stops):
+    ours reorders the self-attention cache only, the encoder-decoder attention's keys and values are never copied,
+    and the beams are those of decoding without a cache."""
     inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=4, max_new_tokens=8,
                   return_dict_in_generate=True, output_scores=True)
     model_class = type(tiny_model)
@@ -153,7 +155,10 @@ def test_beam_search_reorders_only_the_self_attention_cache(tiny_model, batch, m
 
     monkeypatch.setattr(model_class, "_reorder_cache", watched)
     kept = tiny_model.generate(**inputs)
-    assert len(cross_keys_kept) >= 7 and all(cross_keys_kept)  # never copied
+    assert len(cross_keys_kept) >= 7 and all(cross_keys_kept)  # called at every step, and never copied
+    uncached = tiny_model.generate(**inputs, use_cache=False)
+    assert torch.equal(kept.sequences, uncached.sequences)
+    torch.testing.assert_close(kept.sequences_scores, uncached.sequences_scores, atol=1e-5, rtol=1e-5)
 
     # transformers' default for a cache without the hook: reorder every layer, cross-attention included.
     monkeypatch.setattr(model_class, "_reorder_cache", lambda self, cache, beam_idx: cache.reorder_cache(beam_idx) or cache)
@@ -184,8 +189,12 @@ def test_length_penalty_matches_brute_force_rescoring(length_penalty_type):
 
     hypotheses, log_probs = all_finished_hypotheses(model, input_ids, max_tokens)
     lengths = torch.tensor([len(hypothesis) for hypothesis in hypotheses], dtype=torch.float)
-    penalty = gnmt_length_penalty(lengths, alpha) if length_penalty_type == "gnmt" else lengths**alpha
-    expected = (log_probs / penalty).sort(descending=True)
+    penalties = {"gnmt": gnmt_length_penalty(lengths, alpha), "transformers": lengths**alpha}
+    rankings = {name: (log_probs / penalty).sort(descending=True) for name, penalty in penalties.items()}
+    # The two penalties rank these hypotheses differently: beam search must apply the one asked for (for GNMT, through
+    # the `_update_finished_beams` hook), or this test fails.
+    assert rankings["gnmt"].indices[:5].tolist() != rankings["transformers"].indices[:5].tolist()
+    expected = rankings[length_penalty_type]
 
     # A beam wider than the number of prefixes makes beam search exhaustive: it must rank like brute force.
     out = model.generate(
@@ -276,6 +285,42 @@ def test_unknown_length_penalty_type_is_refused(tiny_model, batch):
         tiny_model.generate(input_ids=batch["input_ids"], length_penalty_type="fairseq")
 
 
+@pytest.mark.parametrize("bad_id", [128, 1000, -3])
+def test_generate_refuses_token_ids_outside_the_vocabulary_naming_them(tiny_model, bad_id):
+    with pytest.raises(ValueError, match=rf"`input_ids` contains token id {bad_id}, outside the vocabulary \[0, 128\)"):
+        tiny_model.generate(input_ids=torch.tensor([[5, bad_id, 2]]), num_beams=1)
+    with pytest.raises(ValueError, match=rf"`input_ids` contains token id {bad_id}"):
+        tiny_model.generate(torch.tensor([[5, bad_id, 2]]))  # the ids as `inputs`
+    with pytest.raises(ValueError, match=rf"`decoder_input_ids` contains token id {bad_id}"):
+        tiny_model.generate(input_ids=torch.tensor([[5, 6, 2]]), decoder_input_ids=torch.tensor([[1, bad_id]]))
+
+
+def test_generate_refuses_an_empty_source(tiny_model):
+    with pytest.raises(ValueError, match=r"`input_ids` is empty \(shape \(1, 0\)\)"):
+        tiny_model.generate(input_ids=torch.zeros(1, 0, dtype=torch.long))
+
+
+@pytest.mark.parametrize("mask_length", [5, 9])
+def test_generate_refuses_a_mask_of_the_wrong_shape_naming_both_shapes(tiny_model, batch, mask_length):
+    """All ones, a wrong mask would be ignored; with zeros, broadcast or fail deep in torch: refused before decoding."""
+    wrong = torch.ones(2, mask_length, dtype=torch.long)
+    message = rf"`attention_mask` has shape \(2, {mask_length}\) but `input_ids` has shape \(2, 7\)"
+    with pytest.raises(ValueError, match=message):
+        tiny_model.generate(input_ids=batch["input_ids"], attention_mask=wrong, num_beams=1)
+    with pytest.raises(ValueError, match=message):
+        tiny_model.generate(batch["input_ids"], attention_mask=wrong)
+    embeds = tiny_model.get_input_embeddings()(batch["input_ids"])
+    with pytest.raises(ValueError, match=r"`attention_mask` has shape .* but `inputs_embeds` has shape \(2, 7\)"):
+        tiny_model.generate(inputs_embeds=embeds, attention_mask=wrong)
+    encoder_outputs = tiny_model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    with pytest.raises(ValueError, match=r"`attention_mask` has shape .* but `encoder_outputs` has shape \(2, 7\)"):
+        tiny_model.generate(encoder_outputs=encoder_outputs, attention_mask=wrong)
+    with pytest.raises(ValueError, match=r"`decoder_attention_mask` has shape \(2, 5\) but `decoder_input_ids`"):
+        tiny_model.generate(
+            input_ids=batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"], decoder_attention_mask=wrong[:, :5]
+        )
+
+
 # Settings whose outputs differ on ShortOrLong: the short output wins under the first and last, the long one otherwise.
 PENALTY_SETTINGS = [("gnmt", 0.6), ("transformers", 0.6), ("gnmt", 2.0), ("transformers", 0.0)]
 
@@ -313,24 +358,60 @@ def test_concurrent_generate_calls_with_different_settings_equal_serial_calls(ti
         assert results == [serial[setting]] * 6, setting
 
 
-def test_the_private_beam_search_methods_we_extend_still_take_what_we_use():
-    """The generation mixin extends two private methods of transformers' beam search and its `_reorder_cache` hook;
-    fail loudly, naming the method, if transformers renames them or their arguments or stops calling them."""
-    used = {
-        "_update_finished_beams": {"topk_log_probs", "cur_len", "decoder_prompt_len", "length_penalty"},
-        "_check_early_stop_heuristic": {
-            "running_beam_scores", "cur_len", "max_length", "decoder_prompt_len", "early_stopping", "length_penalty"
-        },
-    }
-    beam_search = inspect.getsource(GenerationMixin._beam_search)
-    for method, arguments in used.items():
-        parameters = set(inspect.signature(getattr(GenerationMixin, method)).parameters)
-        assert arguments <= parameters, (method, arguments - parameters)
-        call = beam_search[beam_search.index(f"self.{method}(") :]
-        call = call[: call.index("\n            )")]
-        for argument in arguments:  # passed by keyword, as the overrides' **state expects
-            assert f"{argument}=" in call, (method, argument)
-    assert "self._reorder_cache(" in beam_search
+class TwoEarlyEndings(LogitsProcessor):
+    """Two beams. `[</s>]` (log-probability -0.2) and `[7, </s>]` (-0.15) finish in the first two steps; after them
+    every running hypothesis loses 0.05 or more per token and never ends, so only the early-stop bound stops the
+    search before `max_new_tokens`: the best running hypothesis is 7 7 7 ..., at -0.2 - 0.05 (t - 2) after t tokens."""
+
+    endings = {(EOS,): -0.2, (7, EOS): -0.15}
+
+    def __call__(self, input_ids, scores):
+        position = input_ids.shape[1] - 1
+        scores = torch.full_like(scores, -30.0)
+        if position == 0:
+            scores[:, 7], scores[:, EOS], scores[:, 8] = -0.1, -0.2, -0.3
+        elif position == 1:
+            scores[:, 7], scores[:, EOS], scores[:, 8] = -0.1, -0.05, -0.35
+        else:
+            scores[:, 7], scores[:, 8] = -0.05, -0.06
+        return scores
+
+    @classmethod
+    def predicted_steps(cls, penalty, early_stopping, max_new_tokens):
+        """Decoding steps until no running hypothesis, at its best possible length, can beat the worse finished one:
+        the longest length under "never" (a positive alpha), the current one otherwise."""
+        worst_finished = min(score / penalty(len(ending)) for ending, score in cls.endings.items())
+        for steps in range(2, max_new_tokens):
+            best_running = -0.2 - 0.05 * (steps - 2)
+            if best_running / penalty(max_new_tokens if early_stopping == "never" else steps) <= worst_finished:
+                return steps
+        return max_new_tokens
+
+
+@pytest.mark.parametrize("early_stopping", ["never", False])
+def test_beam_search_stops_where_the_length_penaltys_bound_says(tiny_model, early_stopping):
+    """The early-stop bound divides the best running score by the same penalty as the finished ones (for GNMT, through
+    the `_check_early_stop_heuristic` hook): GNMT's bound stops this search after 8 steps ("never") or 3 (False), while
+    transformers' |Y| ** 0.6 runs to the length limit of 20 either way."""
+    alpha, max_new_tokens = 0.6, 20
+    penalties = {"gnmt": lambda length: gnmt_length_penalty(length, alpha), "transformers": lambda length: length**alpha}
+    steps = {}
+    for length_penalty_type, penalty in penalties.items():
+        out = tiny_model.generate(
+            input_ids=torch.tensor([[5, 6, 2]]),
+            num_beams=2,
+            length_penalty=alpha,
+            length_penalty_type=length_penalty_type,
+            early_stopping=early_stopping,
+            max_new_tokens=max_new_tokens,
+            logits_processor=[TwoEarlyEndings()],
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        steps[length_penalty_type] = len(out.scores)
+        assert steps[length_penalty_type] == TwoEarlyEndings.predicted_steps(penalty, early_stopping, max_new_tokens)
+        assert strip(out.sequences[0])[1:] == [7, EOS]
+    assert steps == {"gnmt": 8 if early_stopping == "never" else 3, "transformers": max_new_tokens}
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])

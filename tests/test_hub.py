@@ -413,6 +413,7 @@ def without_package(saved_model, tmp_path_factory):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_loads_with_remote_code_without_the_package(saved_model, without_package):
     assert without_package["config"].startswith("transformers_modules.")
     assert without_package["model"].startswith("transformers_modules.")
@@ -426,6 +427,7 @@ def test_loads_with_remote_code_without_the_package(saved_model, without_package
     torch.testing.assert_close(torch.tensor(without_package["logits"]), logits)
 
 
+@pytest.mark.slow
 def test_translation_pipeline_without_the_package(saved_model, without_package):
     assert "pipeline_error" not in without_package, without_package["pipeline_error"]
     # The pipeline decodes with the model's saved generation config, as generate() does here.

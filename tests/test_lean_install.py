@@ -8,6 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a fresh interpreter importing the package without the extras
+
 
 # The packages of the extras, and what only they bring in: a core install has none of them.
 OPTIONAL_PACKAGES = [

@@ -2,10 +2,10 @@ import gzip
 import json
 import random
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import MULTI30K
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -13,9 +13,6 @@ from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.text_files import InvalidUTF8Error, read_lines
 from vanilla_transformer.tokenization import SPECIAL_TOKENS, BPEDropout, train_tokenizer
 
-
-# Multi30k sits beside the repository, here and in CI: gzip, one sentence a line.
-MULTI30K = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
 
 CORPUS = [
     "A man rides a bike down the street.",
@@ -42,14 +39,15 @@ def bpe_model(tokenizer):
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    """This module's own BPE, learnt from CORPUS (it stands in for conftest's number-words `tokenizer` here)."""
     return train_tokenizer(CORPUS, vocab_size=300, show_progress=False)
 
 
 @pytest.fixture(scope="module")
-def multi30k_tokenizer():
-    if not MULTI30K.is_dir():
-        pytest.skip(f"Multi30k not found at {MULTI30K}")
-    train = read_lines(MULTI30K / "train.en.gz")[:5000] + read_lines(MULTI30K / "train.de.gz")[:5000]
+def multi30k_tokenizer(multi30k):
+    """A BPE of 2,000 tokens learnt from the first 5,000 Multi30k training sentences of each side (skipped without
+    Multi30k)."""
+    train = read_lines(multi30k / "train.en.gz")[:5000] + read_lines(multi30k / "train.de.gz")[:5000]
     return train_tokenizer(train, vocab_size=2000, show_progress=False)
 
 

@@ -15,11 +15,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.number_words import number_words_corpus
 import vanilla_transformer.training as training
 from vanilla_transformer.training import (
     BPEDropoutDataset,
-    ChunkedLabelSmoothedCrossEntropy,
     TokenBatchSeq2SeqTrainer,
     TrainingTimeBudget,
     label_smoothed_cross_entropy,
@@ -27,18 +25,6 @@ from vanilla_transformer.training import (
     paper_training_arguments,
     tokenize_pairs,
 )
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return number_words_corpus("fr", train_size=600, validation_size=50, test_size=50, max_digits=4,
-                               repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
-
-
-@pytest.fixture(scope="module")
-def tokenized(corpus, tokenizer):
-    tokenize = tokenize_pairs(tokenizer, "en", "fr")
-    return {name: split.map(tokenize, batched=True, remove_columns=split.column_names) for name, split in corpus.items()}
 
 
 def small_model(tokenizer, seed=0, **overrides):
@@ -84,93 +70,6 @@ def test_fused_label_smoothed_loss_equals_transformers_label_smoother(num_items_
     (theirs_grad,) = torch.autograd.grad(theirs, logits)
     torch.testing.assert_close(ours, theirs)
     torch.testing.assert_close(ours_grad, theirs_grad)
-
-
-def ignored_rows_labels(rows: int, vocab_size: int) -> torch.Tensor:
-    labels = torch.randint(0, vocab_size, (rows,))
-    labels[::5] = -100
-    labels[-1] = vocab_size - 1  # the last class, at the last row
-    return labels
-
-
-def test_chunked_loss_equals_torch_cross_entropy_across_chunk_boundaries(monkeypatch):
-    """Value and gradient against torch's own label-smoothed cross-entropy (float64), with chunks of 4 rows of which
-    the last is partial, ignored rows, and an upstream gradient other than 1."""
-    monkeypatch.setattr(training, "LOSS_CHUNK_ELEMENTS", 4 * 11)
-    torch.manual_seed(0)
-    logits = (3 * torch.randn(23, 11, dtype=torch.float64)).requires_grad_()
-    labels = ignored_rows_labels(23, 11)
-    ours = ChunkedLabelSmoothedCrossEntropy.apply(logits, labels, 0.1, -100)
-    (ours_grad,) = torch.autograd.grad(2.5 * ours, logits)
-    theirs = torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1, reduction="sum")
-    (theirs_grad,) = torch.autograd.grad(2.5 * theirs, logits)
-    torch.testing.assert_close(ours, theirs)
-    torch.testing.assert_close(ours_grad, theirs_grad)
-    assert ours_grad[::5].abs().sum() == 0  # ignored rows get no gradient
-    assert torch.autograd.gradcheck(
-        lambda x: ChunkedLabelSmoothedCrossEntropy.apply(x, labels, 0.1, -100), (logits.detach().requires_grad_(),)
-    )
-
-
-def test_chunked_loss_on_bfloat16_logits_is_autocasts_float32_loss_with_a_bfloat16_gradient():
-    torch.manual_seed(0)
-    logits = (4 * torch.randn(70, 300)).to(torch.bfloat16)
-    labels = ignored_rows_labels(70, 300)
-    ours_input, float32_input = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    ours = ChunkedLabelSmoothedCrossEntropy.apply(ours_input, labels, 0.1, -100)
-    ours.backward()
-    theirs = torch.nn.functional.cross_entropy(
-        float32_input.float(), labels, ignore_index=-100, label_smoothing=0.1, reduction="sum"
-    )
-    theirs.backward()
-    assert ours.dtype == torch.float32 and ours_input.grad.dtype == torch.bfloat16
-    torch.testing.assert_close(ours, theirs)
-    # The same float32 gradient rounded once to bfloat16: equal up to one bfloat16 step.
-    torch.testing.assert_close(ours_input.grad.float(), float32_input.grad.float(), rtol=2**-7, atol=1e-6)
-    # A float32 input is read, never overwritten, by the backward.
-    float32_logits = logits.float().requires_grad_()
-    before = float32_logits.detach().clone()
-    ChunkedLabelSmoothedCrossEntropy.apply(float32_logits, labels, 0.1, -100).backward()
-    assert torch.equal(float32_logits.detach(), before)
-
-
-def test_bf16_training_on_cpu_hands_the_loss_bfloat16_logits_and_logs_the_gradient_norm_of_logging_steps(
-    tokenizer, tokenized, tmp_path, monkeypatch
-):
-    """Under --bf16 the loss reads the logits autocast made (accelerate's float32 copy skipped; the model's forward is
-    restored after every step), and with max_grad_norm 0 the norm is computed for logging steps only, still logged."""
-    if torch.cuda.is_available():
-        pytest.skip("the CPU bf16 path")
-    model = small_model(tokenizer)
-    args = paper_training_arguments(
-        str(tmp_path), d_model=64, warmup_steps=4, max_steps=6, logging_steps=2, bf16=True, use_cpu=True,
-        report_to=[], save_strategy="no",
-    )
-    trainer = TokenBatchSeq2SeqTrainer(
-        model=model, args=args, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        train_dataset=tokenized["train"], max_tokens=512,
-    )
-    seen_dtypes, fused_loss = [], trainer.compute_loss_func
-
-    def spy_loss(outputs, labels, num_items_in_batch=None):
-        seen_dtypes.append(outputs["logits"].dtype)
-        return fused_loss(outputs, labels, num_items_in_batch)
-
-    trainer.compute_loss_func = spy_loss
-    norms, clip = [], trainer.accelerator.clip_grad_norm_
-
-    def counted_clip(*args, **kwargs):
-        norms.append(clip(*args, **kwargs))
-        return norms[-1]
-
-    monkeypatch.setattr(trainer.accelerator, "clip_grad_norm_", counted_clip)
-    trainer.train()
-    assert seen_dtypes == [torch.bfloat16] * 6
-    wrapper = getattr(model.forward, "__func__", model.forward).__wrapped__
-    assert type(wrapper).__name__ == "ConvertOutputsToFp32"  # accelerate's own forward is back in place
-    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
-    assert [entry["step"] for entry in logged] == [2, 4, 6] and len(norms) == 3
-    assert [entry["grad_norm"] for entry in logged] == pytest.approx([float(norm) for norm in norms])
 
 
 def test_tokenize_pairs_drops_over_long_pairs_as_filter_long_pairs_does(corpus, tokenizer):
@@ -424,6 +323,7 @@ def test_time_budget_refuses_a_budget_that_is_not_a_positive_number_of_minutes(m
         TrainingTimeBudget(minutes)
 
 
+@pytest.mark.slow
 def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpus, tokenizer_dir, tmp_path):
     """torchrun --nproc_per_node 2 (gloo on CPU): each process takes every other token batch. One process with 2
     accumulation steps sees the same global batches, and the Trainer normalises both by the global token count."""
@@ -466,7 +366,7 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
 ):
     """The Multi30k cpu recipe's precision and kernel: --bf16 --use_cpu autocasts the products to bfloat16 (losses
     close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one. On a
-    CPU the command keeps the memory a step frees for the next (cpu_memory.py)."""
+    CPU the command keeps the memory a step frees for the next (cpu_training.py, `keep_memory`)."""
     from vanilla_transformer import train
     from vanilla_transformer.train import main
 

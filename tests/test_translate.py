@@ -142,6 +142,7 @@ def test_warn_length_sets_the_reported_length(model_and_tokenizer, caplog):
     assert "Lines 1 (6 tokens), 4 (6 tokens) longer than 4 tokens" in caplog.text
 
 
+@pytest.mark.slow
 def test_compiled_beam_search_equals_eager_with_one_batch_shape_per_source_length(model_and_tokenizer, monkeypatch):
     """Sources of 40, 30 and 4-15 tokens: padded to 48, 32 and 16, each batch filled up to 3 sentences."""
     model, tokenizer = model_and_tokenizer
@@ -200,6 +201,7 @@ def test_translate_command_reads_stdin_and_writes_stdout(model_dir, one_by_one, 
     assert capsys.readouterr().out == "".join(f"{text}\n" for text in one_by_one[:4])
 
 
+@pytest.mark.slow
 def test_translate_command_compiles_for_the_torch_backend_only(model_dir, one_by_one, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(LINES[:4]).encode())))
     main(["translate", "--model", str(model_dir), "--compile", *DECODING_FLAGS])
@@ -406,6 +408,7 @@ def translate_peak_rss_mib(model_dir, input_path, output_path, *flags) -> float:
     return usage.ru_maxrss / 1024  # kilobytes on Linux
 
 
+@pytest.mark.slow
 def test_translate_command_memory_does_not_grow_with_the_input(model_dir, tmp_path):
     if not Path(sys.executable).with_name("vanilla-transformer").exists():
         pytest.skip("the vanilla-transformer console script is not installed next to this Python")

@@ -129,11 +129,32 @@ def ct2_translate_lines(
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    generation_config = generation_config or GenerationConfig(**PAPER_DECODING)
     # As generate() reads them: the call's settings, else the model's generation config.
+    generation_config = generation_config or GenerationConfig(**PAPER_DECODING)
     settings = resolve_decoding_settings(None, options, defaults=generation_config)
     options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
+    search, gnmt_alpha = ct2_search(settings, options)
 
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
+    if not to_translate:
+        return translations
+    batches = ct2_batches([len(ids) for ids in input_ids], settings, batch_size, max_tokens)
+    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
+    with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
+        for batch, max_length in batches:
+            sources = [tokenizer.convert_ids_to_tokens(input_ids[k]) for k in batch]
+            for k, result in zip(batch, _translate_batch(translator, sources, max_length, search)):
+                tokens = result.hypotheses[0] if gnmt_alpha is None else _best_gnmt_hypothesis(result, gnmt_alpha)
+                text = tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
+                translations[to_translate[k]] = text.strip()
+            bar.update(len(batch))
+    return translations
+
+
+def ct2_search(settings: dict, options: dict) -> tuple[dict, float | None]:
+    """`Translator.translate_batch`'s search arguments for `generate()`'s decoding `settings` (as resolved), with the
+    other `options` as given, and the alpha by which to re-rank the finished hypotheses with GNMT's length penalty
+    (the paper's), or None where CTranslate2's own ranking stands."""
     num_beams = settings["num_beams"] or 1
     alpha = 1.0 if settings["length_penalty"] is None else settings["length_penalty"]
     # With GNMT, every finished hypothesis comes back with its score, to be re-ranked.
@@ -149,44 +170,39 @@ def ct2_translate_lines(
         max_input_length=0,  # translate whole sentences, as the PyTorch backend does
     )
     search.update(options)
+    return search, alpha if rerank else None
 
-    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
-    if not to_translate:
-        return translations
-    lengths = [len(ids) for ids in input_ids]
-    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
 
+def ct2_batches(
+    lengths: list[int], settings: dict, batch_size: int, max_tokens: int | None
+) -> list[tuple[list[int], int]]:
+    """The sources of `lengths` tokens in length-sorted batches, each with its maximum output length as `generate()`'s
+    decoding `settings` set it."""
     max_length_over_source = settings["max_length_over_source"]
     if max_length_over_source is None:
         # generate()'s own limits: max_length counts the decoder start token; with neither set, 20 new tokens.
         limit = settings["max_new_tokens"] or (settings["max_length"] - 1 if settings["max_length"] else 20)
-        batches = [(batch, limit) for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size)]
-    else:
-        # generate() forces </s> as the last of source + 50 tokens; CTranslate2 stops one token earlier, without it.
-        # CTranslate2 takes one maximum output length per call, so a batch holds sentences of one length.
-        batches = [
-            (batch, max(1, lengths[batch[0]] + max_length_over_source - 1))
-            for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size, same_length=True)
-        ]
+        return [(batch, limit) for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size)]
+    # generate() forces </s> as the last of source + 50 tokens; CTranslate2 stops one token earlier, without it.
+    # CTranslate2 takes one maximum output length per call, so a batch holds sentences of one length.
+    return [
+        (batch, max(1, lengths[batch[0]] + max_length_over_source - 1))
+        for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size, same_length=True)
+    ]
 
-    with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
-        for batch, max_length in batches:
-            sources = [tokenizer.convert_ids_to_tokens(input_ids[k]) for k in batch]
-            try:
-                results = translator.translate_batch(sources, max_decoding_length=max_length, **search)
-            except RuntimeError as error:
-                if "position encodings" not in str(error):
-                    raise
-                raise InputTooLongError(
-                    f"{error}: the CTranslate2 model has a fixed number of positions; export it again with a larger "
-                    "--max-positions, or shorten the input or max_new_tokens"
-                ) from error
-            for k, result in zip(batch, results):
-                tokens = _best_gnmt_hypothesis(result, alpha) if rerank else result.hypotheses[0]
-                text = tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
-                translations[to_translate[k]] = text.strip()
-            bar.update(len(batch))
-    return translations
+
+def _translate_batch(translator, sources: list[list[str]], max_length: int, search: dict):
+    """`translator.translate_batch` of `sources` (tokens), an `InputTooLongError` where they or their outputs outgrow
+    the exported position table."""
+    try:
+        return translator.translate_batch(sources, max_decoding_length=max_length, **search)
+    except RuntimeError as error:
+        if "position encodings" not in str(error):
+            raise
+        raise InputTooLongError(
+            f"{error}: the CTranslate2 model has a fixed number of positions; export it again with a larger "
+            "--max-positions, or shorten the input or max_new_tokens"
+        ) from error
 
 
 def _best_gnmt_hypothesis(result, alpha: float) -> list[str]:

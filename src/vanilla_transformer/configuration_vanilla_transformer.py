@@ -18,6 +18,10 @@ if Version(transformers.__version__).release < Version(MINIMUM_TRANSFORMERS).rel
     )
 
 
+# Fields that folders saved by earlier versions hold but that never changed the model's computation.
+SPEED_ONLY_FIELDS = ("dropout_implementation",)
+
+
 # Table 3 of the paper: the "base" and "big" rows (P_drop 0.3 is the En-De big model), plus a tiny size for tests.
 PRESETS = {
     "base": dict(d_model=512, layers=6, heads=8, ffn_dim=2048, dropout=0.1),
@@ -42,9 +46,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
         Whether the attention projections W^Q, W^K, W^V and W^O have biases. Section 3.2.2 writes them without, as
         tensor2tensor builds them; fairseq and Marian add biases. Folders saved before this field existed had biases
         and load with `True`, exactly as saved.
-    dropout_implementation (`str`, *optional*, defaults to `"torch"`):
-        The kernel of section 5.4's dropout (`dropout.py`): `"torch"`, or `"cpu_16bit"`, a cheaper draw on a CPU.
-        Like the attention implementation it changes speed, not the model.
     normalize_before (`bool`, *optional*, defaults to `False`):
         `False` is the paper's post-norm `LayerNorm(x + Sublayer(x))`. `True` is the pre-norm variant of
         tensor2tensor, `x + Sublayer(LayerNorm(x))`, which adds a final LayerNorm to each stack.
@@ -83,7 +84,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     activation_dropout: float | int = 0.0
     activation_function: str = "relu"
     attention_bias: bool = False
-    dropout_implementation: Literal["torch", "cpu_16bit"] = "torch"
     scale_embedding: bool = True
     position_embedding_type: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_position_embeddings: int = 1024
@@ -117,7 +117,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
-        # config.json files written before `attention_bias` existed describe projections with biases.
+        # config.json files written before `attention_bias` existed describe projections with biases. Earlier versions
+        # also saved `dropout_implementation`, a kernel choice that changed speed only: it is not part of the model.
+        config_dict = {name: value for name, value in config_dict.items() if name not in SPEED_ONLY_FIELDS}
         return super().from_dict({"attention_bias": True, **config_dict}, **kwargs)
 
     @classmethod
@@ -183,7 +185,8 @@ def hub_pipeline_tasks(source_lang: str | None, target_lang: str | None) -> dict
 
 
 def pipelines_registered(source_lang: str | None, target_lang: str | None) -> bool:
-    """Whether `vanilla_transformer` registered its pipelines with transformers (then also the language pair's)."""
+    """Whether `vanilla_transformer` registered its pipelines with transformers; if so, registers this config's language
+    pair too (`pipeline("translation_en_to_de", model=DIR)` reads the config before it looks the task up)."""
     from .pipeline_vanilla_transformer import register_language_pair, registered
 
     if registered():

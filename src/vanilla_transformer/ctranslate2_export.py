@@ -87,14 +87,7 @@ def transformer_spec_of(
             f"activation_function={config.activation_function!r} has no CTranslate2 equivalent; exportable "
             f"activations are {', '.join(ACTIVATIONS)}."
         )
-    vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    if len(vocabulary) > config.vocab_size:
-        raise ValueError(
-            f"The tokenizer has {len(vocabulary)} tokens but the model only {config.vocab_size} embeddings; "
-            "they were not trained together."
-        )
-    # Embedding rows the tokenizer never produces (a vocabulary padded to a round size) still need a name.
-    vocabulary += [f"<unused_{index}>" for index in range(len(vocabulary), config.vocab_size)]
+    vocabulary = _vocabulary(tokenizer, config.vocab_size)
 
     activation = common_spec.Activation[ACTIVATIONS[config.activation_function]]
     # Post-norm (the paper) has no final LayerNorm per stack; pre-norm has one, as CTranslate2's pre_norm expects.
@@ -112,6 +105,33 @@ def transformer_spec_of(
             activation=activation,
         ),
     )
+    _set_weights(spec, model, max_positions)
+
+    spec.register_source_vocabulary(vocabulary)
+    spec.register_target_vocabulary(vocabulary)
+    eos_token_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    spec.config.bos_token = vocabulary[config.bos_token_id]
+    spec.config.eos_token = vocabulary[eos_token_id]
+    spec.config.unk_token = tokenizer.unk_token
+    spec.config.decoder_start_token = vocabulary[config.decoder_start_token_id]
+    spec.config.layer_norm_epsilon = model.model.encoder.layers[0].final_layer_norm.eps
+    return spec
+
+
+def _vocabulary(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> list[str]:
+    """The tokenizer's tokens in id order, one for each of the model's `vocab_size` embedding rows."""
+    vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    if len(vocabulary) > vocab_size:
+        raise ValueError(
+            f"The tokenizer has {len(vocabulary)} tokens but the model only {vocab_size} embeddings; "
+            "they were not trained together."
+        )
+    # Embedding rows the tokenizer never produces (a vocabulary padded to a round size) still need a name.
+    return vocabulary + [f"<unused_{index}>" for index in range(len(vocabulary), vocab_size)]
+
+
+def _set_weights(spec, model: VanillaTransformerForConditionalGeneration, max_positions: int) -> None:
+    """Every weight of `model` in its place in the `TransformerSpec`, layer by layer."""
     encoder, decoder = model.model.encoder, model.model.decoder
     for stack_spec, stack in ((spec.encoder, encoder), (spec.decoder, decoder)):
         _set_embeddings(stack_spec, stack, max_positions)
@@ -125,16 +145,6 @@ def transformer_spec_of(
         if stack.layer_norm is not None:
             _set_layer_norm(stack_spec.layer_norm, stack.layer_norm)
     _set_linear(spec.decoder.projection, model.lm_head)
-
-    spec.register_source_vocabulary(vocabulary)
-    spec.register_target_vocabulary(vocabulary)
-    eos_token_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
-    spec.config.bos_token = vocabulary[config.bos_token_id]
-    spec.config.eos_token = vocabulary[eos_token_id]
-    spec.config.unk_token = tokenizer.unk_token
-    spec.config.decoder_start_token = vocabulary[config.decoder_start_token_id]
-    spec.config.layer_norm_epsilon = encoder.layers[0].final_layer_norm.eps
-    return spec
 
 
 def _tensor(parameter: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,6 @@ import torch
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.cache_utils import Cache, EncoderDecoderCache, StaticCache
 
-from .input_checks import check_attention_mask
 
 # Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6 ... maximum output length during
 # inference to input length + 50, but terminate early when possible". Saved in every model's generation config.
@@ -69,6 +68,51 @@ def resolve_decoding_settings(
     else:
         settings["max_length_over_source"] = first("max_length_over_source")
     return settings
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    """Token ids the embedding can look up: at least one, each in [0, vocab_size). Reads the ids' extremes back to the
+    host: once per `generate()` call, never per decoding step."""
+    if input_ids.numel() == 0:
+        raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}); give at least one token per sequence.")
+    smallest, largest = torch.stack(torch.aminmax(input_ids)).tolist()
+    if smallest < 0 or largest >= vocab_size:
+        bad = smallest if smallest < 0 else largest
+        raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}).")
+
+
+def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, ...], name: str, of: str) -> None:
+    """A (batch, length) mask holds one value per token of `of`, whose tokens have `shape`: a mask of another shape
+    would be broadcast, or ignored when it is all ones. Masks of other ranks (prepared 4D masks) pass."""
+    if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(
+            f"`{name}` has shape {tuple(attention_mask.shape)} but `{of}` has shape {tuple(shape)}: give one mask "
+            "value per token (1 for a token, 0 for padding)."
+        )
+
+
+def check_generate_inputs(vocab_size: int, input_ids: torch.Tensor | None, kwargs: dict) -> None:
+    """What a `generate()` call is given, checked once before decoding: a clear `ValueError` naming the argument
+    instead of an index error deep in torch, or a mask silently broadcast. The model's forward checks nothing."""
+    decoder_input_ids = kwargs.get("decoder_input_ids")
+    for name, ids in (("input_ids", input_ids), ("decoder_input_ids", decoder_input_ids)):
+        if ids is not None:
+            check_token_ids(ids, vocab_size, name)
+    encoder_outputs = kwargs.get("encoder_outputs")
+    sources = {
+        "input_ids": input_ids,
+        "inputs_embeds": kwargs.get("inputs_embeds"),
+        "encoder_outputs": None if encoder_outputs is None else encoder_outputs[0],
+    }
+    for of, states in sources.items():
+        if states is not None:  # what the encoder reads: its mask is `attention_mask`
+            check_attention_mask(kwargs.get("attention_mask"), states.shape[:2], "attention_mask", of=of)
+            break
+    if decoder_input_ids is not None:
+        check_attention_mask(
+            kwargs.get("decoder_attention_mask"), decoder_input_ids.shape[:2], "decoder_attention_mask",
+            of="decoder_input_ids",
+        )
 
 
 def gnmt_length_penalty(length: int | torch.Tensor, alpha: float):
@@ -134,8 +178,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
     transformers' beam search divides the score of a finished hypothesis by |Y| ** length_penalty and offers no public
     hook for another penalty, so two of its private methods are extended (`_update_finished_beams` and
     `_check_early_stop_heuristic`, with the penalty folded into the scores and transformers' exponent set to 0);
-    `_reorder_cache` is the hook transformers offers models for their cache. tests/test_generation.py checks the
-    signatures and behaviour these rely on.
+    `_reorder_cache` is the hook transformers offers models for their cache. tests/test_generation.py checks by their
+    effects that transformers still calls all three (docs/internals.md).
     """
 
     @torch.no_grad()
@@ -146,9 +190,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         logits_processor: LogitsProcessorList | None = None,
         **kwargs,
     ):
-        sources = kwargs.get("input_ids", inputs) if kwargs.get("inputs_embeds") is None else kwargs["inputs_embeds"]
-        if sources is not None:  # before the mask's sum sets each sentence's source + 50 limit
-            check_attention_mask(kwargs.get("attention_mask"), sources.shape[:2], "attention_mask", of="input_ids")
+        # Before the attention mask's sum sets each sentence's source + 50 limit.
+        check_generate_inputs(self.config.vocab_size, kwargs.get("input_ids", inputs), kwargs)
         settings = resolve_decoding_settings(generation_config, kwargs, defaults=self.generation_config)
         for name in PACKAGE_SETTINGS:
             kwargs.pop(name, None)

@@ -98,19 +98,8 @@ def model_card(
     figures = [dict(name=path.name, caption=caption) for path, caption in _figures(facts, run_dir)]
     datasets = facts.get("datasets") or sorted({e["dataset_id"] for e in evaluations if e["dataset_id"]}) or None
 
-    card_data = ModelCardData(
-        language=[lang for lang in (source_lang, target_lang) if lang] or None,
-        license=license,
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=TAGS,
-        datasets=datasets,
-        metrics=["bleu", "chrf"] if evaluations else None,
-        model_name=model_name,
-        eval_results=[result for evaluation in evaluations for result in evaluation["eval_results"]] or None,
-    )
     return ModelCard.from_template(
-        card_data,
+        _card_data(model_name, (source_lang, target_lang), license, datasets, evaluations),
         template_path=str(CARD_TEMPLATE_PATH),
         model_name=model_name,
         repo_id=repo_id or "USER/NAME",
@@ -129,6 +118,21 @@ def model_card(
         figures=figures,
         example=repr(samples[0]["source"] if samples else "A man is riding a bicycle."),  # a Python literal
         citation=PAPER_CITATION,
+    )
+
+
+def _card_data(model_name: str, languages, license: str, datasets: list[str] | None, evaluations: list[dict]):
+    """The card's metadata: languages, license, datasets, and a `model-index` of each evaluation's BLEU and chrF."""
+    return ModelCardData(
+        language=[lang for lang in languages if lang] or None,
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=TAGS,
+        datasets=datasets,
+        metrics=["bleu", "chrf"] if evaluations else None,
+        model_name=model_name,
+        eval_results=[result for evaluation in evaluations for result in evaluation["eval_results"]] or None,
     )
 
 

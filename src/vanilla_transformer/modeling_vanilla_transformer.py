@@ -30,9 +30,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .dropout import DROPOUT_FUNCTIONS
 from .generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
-from .input_checks import check_attention_mask, check_token_ids
 
 
 # --- 3.5 Positional encoding -------------------------------------------------------------------------------------
@@ -85,20 +83,11 @@ def build_positional_encoding(config: VanillaTransformerConfig) -> nn.Module:
     return SinusoidalPositionalEncoding(config.d_model)
 
 
-# --- 5.4 Dropout, used from the embeddings on -------------------------------------------------------------------
-
-
-def apply_dropout(x: torch.Tensor, p: float, training: bool, config: VanillaTransformerConfig) -> torch.Tensor:
-    """Section 5.4: each element kept with probability 1 - p and scaled by 1 / (1 - p), so its expectation is
-    unchanged. The kernel is `config.dropout_implementation` (dropout.py), as attention's is `_attn_implementation`."""
-    return DROPOUT_FUNCTIONS[config.dropout_implementation](x, p, training)
-
-
 # --- 3.4 Embeddings ----------------------------------------------------------------------------------------------
 
 
 def embed_with_positions(
-    stack: nn.Module, input_ids, inputs_embeds, name: str, past_len=0, num_positions=None, check_ids=True
+    stack: nn.Module, input_ids, inputs_embeds, name: str, past_len=0, num_positions=None
 ) -> torch.Tensor:
     """Section 3.4-3.5 and 5.4: Dropout(Embedding(x) * sqrt(d_model) + PE), shared by the encoder and the decoder.
     `inputs_embeds`, when given, is the embedding lookup itself (`model.get_input_embeddings()(ids)`). The tokens
@@ -107,17 +96,13 @@ def embed_with_positions(
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and its `inputs_embeds`.")
     if inputs_embeds is None:
-        # Checking reads the ids back to the host: not on cached decoding steps (`check_ids=False`: the model's own
-        # predictions), nor in training, whose ids the data collator checks on the CPU (TokenIdCheckingCollator).
-        if check_ids and not stack.training:
-            check_token_ids(input_ids, stack.embed_tokens.num_embeddings, name)
         inputs_embeds = stack.embed_tokens(input_ids)
     seq_len = inputs_embeds.shape[1]
     position_ids = torch.arange(seq_len, device=inputs_embeds.device) + past_len
     num_positions = past_len + seq_len if num_positions is None else num_positions
     positions = stack.embed_positions(position_ids, num_positions).to(inputs_embeds.dtype)
     hidden_states = inputs_embeds * stack.embed_scale + positions
-    return apply_dropout(hidden_states, stack.dropout, stack.training, stack.config)
+    return nn.functional.dropout(hidden_states, p=stack.dropout, training=stack.training)
 
 
 # --- 3.2.1 Scaled dot-product attention --------------------------------------------------------------------------
@@ -141,7 +126,7 @@ def scaled_dot_product_attention(
     if attention_mask is not None:
         scores = scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1)
-    weights = apply_dropout(weights, dropout, module.training, module.config)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (batch, q_len, heads, d_head)
     return output, weights
 
@@ -240,15 +225,15 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
     def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         # FFN(x) = max(0, x W1 + b1) W2 + b2
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = apply_dropout(hidden_states, self.activation_dropout, self.training, self.config)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
         return self.fc2(hidden_states)
 
     def residual(self, x: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: Callable) -> torch.Tensor:
         """Sections 3.1 and 5.4. Post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
         Pre-norm (`config.normalize_before`, as tensor2tensor): x + Dropout(Sublayer(LayerNorm(x)))."""
         if self.normalize_before:
-            return x + apply_dropout(sublayer(layer_norm(x)), self.dropout, self.training, self.config)
-        return layer_norm(x + apply_dropout(sublayer(x), self.dropout, self.training, self.config))
+            return x + nn.functional.dropout(sublayer(layer_norm(x)), p=self.dropout, training=self.training)
+        return layer_norm(x + nn.functional.dropout(sublayer(x), p=self.dropout, training=self.training))
 
 
 # --- 3.1 Encoder and decoder layers ------------------------------------------------------------------------------
@@ -390,7 +375,6 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         hidden_states = embed_with_positions(self, input_ids, inputs_embeds, name="input_ids")
-        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask", of="input_ids")
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -444,17 +428,9 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         # position: its capacity, a Python int, then bounds the positions.
         past_len = cache.get_seq_length() if cache is not None else 0
         num_positions = None if isinstance(past_len, int) else cache.get_max_length()
-        # A decoding step: the encoder output's keys and values are cached and the input is the model's own prediction.
-        decoding_step = isinstance(cache, EncoderDecoderCache) and any(cache.is_updated.values())
         hidden_states = embed_with_positions(
-            self, input_ids, inputs_embeds, "decoder_input_ids", past_len, num_positions, check_ids=not decoding_step
+            self, input_ids, inputs_embeds, "decoder_input_ids", past_len, num_positions
         )
-        batch_size, length = hidden_states.shape[:2]
-        mask_shape = (batch_size, past_len + length)  # cached tokens included
-        check_attention_mask(attention_mask, mask_shape, "decoder_attention_mask", of="decoder_input_ids")
-        if encoder_hidden_states is not None:
-            shape = encoder_hidden_states.shape[:2]
-            check_attention_mask(encoder_attention_mask, shape, "attention_mask", of="encoder_outputs")
 
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # Position i attends to positions <= i only (section 3.2.3), and never to padding.

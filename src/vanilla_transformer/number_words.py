@@ -75,9 +75,10 @@ def number_words_corpus(
       then distinct numbers of 1,000 and more, none of them in `test` or `validation`, drawn as the test ones except
       that the digit count is drawn in proportion to itself (a six-digit number has more words to get right than a
       four-digit one) and each digit after the first is 0 with `zero_probability`; shuffled. Token batches put the
-      pairs of one length together, so the copies of a short number fall into the few batches of short pairs of an epoch: it takes many copies for it to
-      be learnt in many steps. Round forms, which French writes apart ("deux cents" but "deux cent un",
-      "quatre-vingts"), are rare among uniformly drawn numbers: more zeros make them common enough to learn;
+      pairs of one length together, so the copies of a short number fall into the few batches of short pairs of an
+      epoch: it takes many copies for it to be learnt in many steps. Round forms, which French writes apart ("deux
+      cents" but "deux cent un", "quatre-vingts"), are rare among uniformly drawn numbers: more zeros make them common
+      enough to learn;
     - `seen`: every number below 1,000 that is in `train`, once, to check that the model knows them too.
 
     `test` and `seen` are in increasing order; together they hold every number below 1,000.
@@ -104,20 +105,23 @@ def number_words_corpus(
         weight_by_digits=True,
     )
     rng.shuffle(train)
+    return number_words_splits(target_lang, train=train, validation=validation, test=held_out + large_test, seen=seen)
 
-    words = {}  # the numbers below 1,000 repeat in training
 
-    def split(numbers: list[int]) -> datasets.Dataset:
-        for n in set(numbers) - words.keys():
-            words[n] = {"en": num2words(n, lang="en"), target_lang: num2words(n, lang=target_lang)}
-        pairs = [words[n] for n in numbers]
-        return datasets.Dataset.from_dict(
-            {"translation": pairs, "number": numbers, "magnitude": [magnitude(n) for n in numbers]}
+def number_words_splits(target_lang: str, **splits: list[int]) -> datasets.DatasetDict:
+    """Each list of numbers as a split of `{"translation": {"en": ..., target_lang: ...}, "number": n, "magnitude":
+    "100-999"}` rows, in its order. Each number is written in words once: the numbers below 1,000 repeat in training."""
+    words = {
+        n: {"en": num2words(n, lang="en"), target_lang: num2words(n, lang=target_lang)}
+        for n in set().union(*splits.values())
+    }
+    return datasets.DatasetDict({
+        name: datasets.Dataset.from_dict(
+            {"translation": [words[n] for n in numbers], "number": numbers,
+             "magnitude": [magnitude(n) for n in numbers]}
         )
-
-    return datasets.DatasetDict(
-        train=split(train), validation=split(validation), test=split(held_out + large_test), seen=split(seen)
-    )
+        for name, numbers in splits.items()
+    })
 
 
 def describe_training(train: datasets.Dataset) -> str:

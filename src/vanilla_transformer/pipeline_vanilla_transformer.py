@@ -1,8 +1,9 @@
 """`pipeline("translation")` and `pipeline("text2text-generation")` for sequence-to-sequence models.
 
 transformers 5 removed these two tasks (and `translation_xx_to_yy`). This file brings them back for translation
-models: importing `vanilla_transformer` registers them, `translation_xx_to_yy` for every pair as in transformers 4,
-and a saved model folder lists them (with its own pair) in its config's `custom_pipelines`, so
+models through `PIPELINE_REGISTRY.register_pipeline`: importing `vanilla_transformer` registers them, and reading a
+model's config registers its language pair (`translation_en_to_de`); `pipeline(task, model=DIR)` reads the config
+before it looks the task up. A saved model folder lists the same tasks in its config's `custom_pipelines`, so
 `pipeline("translation", model=DIR, trust_remote_code=True)` also works where the package is not installed. It imports
 only transformers, as remote code must.
 """
@@ -20,7 +21,6 @@ class Text2TextGenerationPipeline(Pipeline):
     """Text in, generated text out: `[{"generated_text": ...}]` per input, decoded with the model's generation
     config (for vanilla-transformer, section 6.1's beam search) unless the call passes generation arguments."""
 
-    _pipeline_calls_generate = True
     _load_tokenizer = True
     _load_processor = False
     _load_image_processor = False
@@ -37,6 +37,8 @@ class Text2TextGenerationPipeline(Pipeline):
             postprocess_params["return_tensors"] = return_tensors
         if clean_up_tokenization_spaces is not None:
             postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        # The rest are generation arguments, `pipeline(...)`'s under the call's: `Pipeline` merges them as forward
+        # parameters, and `_forward` hands them to `generate()`.
         return preprocess_params, kwargs, postprocess_params
 
     def __call__(self, inputs, **kwargs):
@@ -53,9 +55,6 @@ class Text2TextGenerationPipeline(Pipeline):
         return self.tokenizer(text, truncation=truncation, return_tensors="pt")
 
     def _forward(self, model_inputs, **generate_kwargs):
-        prepare = getattr(self, "_prepare_generate_kwargs", None)
-        if prepare is not None:  # transformers >= 5.x: the pipeline's and the user's generation settings, merged
-            generate_kwargs = prepare(generate_kwargs)
         sequences = self.model.generate(**model_inputs, **generate_kwargs)
         batch_size = model_inputs["input_ids"].shape[0]
         return {"output_ids": sequences.reshape(batch_size, sequences.shape[0] // batch_size, -1)}
@@ -77,7 +76,7 @@ class Text2TextGenerationPipeline(Pipeline):
 class TranslationPipeline(Text2TextGenerationPipeline):
     """`pipeline("translation", model=DIR)` and `pipeline("translation_en_to_de", model=DIR)`: text in,
     `[{"translation_text": ...}]` out. The model translates in the direction it was trained for; a task naming another
-    pair than its config's `source_lang` / `target_lang` gets a warning."""
+    pair than its config's `source_lang` / `target_lang` (one registered by another model's config) gets a warning."""
 
     return_name = "translation"
 
@@ -107,44 +106,43 @@ def language_pair(task: str | None) -> tuple[str, str] | None:
     return match.groups() if match else None
 
 
-class LanguagePairAliases(dict):
-    """transformers' task aliases, and every `translation_xx_to_yy` an alias of `translation`, so that
-    `PIPELINE_REGISTRY.check_task` takes any language pair, as transformers 4's did (its 5.x registry knows fixed
-    names only). `pipeline()` still hands the pipeline the task as asked."""
-
-    def __contains__(self, task):
-        return super().__contains__(task) or language_pair(task) is not None
-
-    def __getitem__(self, task):
-        if not super().__contains__(task) and language_pair(task) is not None:
-            return "translation"
-        return super().__getitem__(task)
-
-
 def register_pipelines():
-    """Make `pipeline("translation" | "translation_xx_to_yy" | "text2text-generation")` available again in this
-    process (done by `import vanilla_transformer`)."""
-    from transformers import AutoModelForSeq2SeqLM
-    from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+    """Make `pipeline("translation" | "text2text-generation")` available again in this process (done by
+    `import vanilla_transformer`); `translation_xx_to_yy` follows with each config that names the pair."""
+    from transformers.pipelines import REMOVED_TASKS
 
     for task, pipeline_class in PIPELINE_TASKS.items():
+        # `pipeline()` refuses the tasks transformers 5 removed by name, before it consults the registry: whatever is
+        # registered for them, they must leave that list (docs/internals.md).
         REMOVED_TASKS.pop(task, None)
-        PIPELINE_REGISTRY.supported_tasks[task] = {"impl": pipeline_class, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}
-    if not isinstance(PIPELINE_REGISTRY.task_aliases, LanguagePairAliases):
-        PIPELINE_REGISTRY.task_aliases = LanguagePairAliases(PIPELINE_REGISTRY.task_aliases)
-
-
-def registered() -> bool:
-    import sys
-
-    pipelines = sys.modules.get("transformers.pipelines")
-    registry = getattr(pipelines, "PIPELINE_REGISTRY", None)
-    return registry is not None and registry.supported_tasks.get("translation", {}).get("impl") is TranslationPipeline
+        register(task, pipeline_class)
 
 
 def register_language_pair(source_lang: str | None, target_lang: str | None):
+    """Register `translation_<source_lang>_to_<target_lang>` (nothing when either is None)."""
+    if task := language_pair_task(source_lang, target_lang):
+        register(task, TranslationPipeline)
+
+
+def register(task: str, pipeline_class: type):
     from transformers import AutoModelForSeq2SeqLM
     from transformers.pipelines import PIPELINE_REGISTRY
 
-    if task := language_pair_task(source_lang, target_lang):
-        PIPELINE_REGISTRY.supported_tasks[task] = {"impl": TranslationPipeline, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}
+    if not registered(task, pipeline_class):  # registering anew would warn that it overwrites
+        PIPELINE_REGISTRY.register_pipeline(
+            task, pipeline_class=pipeline_class, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
+
+
+def registered(task: str = "translation", pipeline_class: type = TranslationPipeline) -> bool:
+    """Whether `pipeline_class` is registered for `task`; False, without importing them, before transformers'
+    pipelines are imported."""
+    import sys
+
+    registry = getattr(sys.modules.get("transformers.pipelines"), "PIPELINE_REGISTRY", None)
+    if registry is None:
+        return False
+    try:
+        return registry.check_task(task)[1]["impl"] is pipeline_class
+    except KeyError:
+        return False

@@ -29,7 +29,7 @@ from transformers import (
 from .user_errors import UserError, check_model, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .cpu_memory import keep_freed_memory
+from .cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
 from .data import (
     default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
 )
@@ -37,7 +37,8 @@ from .extras import require
 from .hub import write_model_card
 from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .number_words import describe_training, number_words_corpus
+from . import number_words_report
+from .number_words import number_words_corpus
 from .tokenization import train_tokenizer
 from .training import (
     PAPER_RECIPE,
@@ -139,6 +140,12 @@ class RecipeArguments:
     average_last: int = field(
         default=0, metadata={"help": "Save the average of the weights of the run's last N checkpoints as the model "
                                      "(section 6.1), and test it; 0 saves the last weights."}
+    )
+    cpu_speedups: list[str] = field(
+        default_factory=lambda: list(CPU_SPEEDUPS),
+        metadata={"help": "Training on a CPU, the speed-ups to use (docs/training.md#cpu-speed-ups): any of "
+                          f"{', '.join(CPU_SPEEDUPS)}, or none. None is saved with the model. keep_memory makes "
+                          "glibc's malloc keep freed memory for the whole process."},
     )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace the run --output_dir holds (its checkpoints, weights, Trainer "
@@ -275,6 +282,8 @@ def check_arguments(model_args, data_args, recipe_args, training_args, splits) -
         raise UserError("--bpe-dropout needs token batches (--max-tokens > 0): lengths change every epoch")
     if recipe_args.lr_scale <= 0:
         raise UserError(f"--lr-scale must be positive, got {recipe_args.lr_scale}")
+    if unknown := [name for name in recipe_args.cpu_speedups if name not in (*CPU_SPEEDUPS, "none")]:
+        raise UserError(f"--cpu-speedups: unknown {unknown[0]!r}; choose from {', '.join(CPU_SPEEDUPS)}, or none")
     if training_args.eval_strategy != "no" and "validation" not in splits:
         raise UserError(
             f"--eval-strategy {training_args.eval_strategy.value} needs validation data: --validation-source-file and "
@@ -337,12 +346,15 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
     return VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
 
 
-def prepare_cpu_training(model, keep_memory: bool = True) -> None:
-    """What the command sets up to train `model` on a CPU: section 5.4's dropout drawn more cheaply (dropout.py), and,
-    with `keep_memory`, each step reusing the memory the last one freed, without page faults (cpu_memory.py)."""
-    model.config.dropout_implementation = "cpu_16bit"
-    if keep_memory:
+def cpu_speedups(recipe_args: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> tuple[str, ...]:
+    """The CPU speed-ups this run uses (cpu_training.py): those `--cpu-speedups` names when training on a CPU, none
+    elsewhere. The process-wide one, `keep_memory`, is switched on here."""
+    if training_args.device.type != "cpu":
+        return ()
+    speedups = tuple(name for name in recipe_args.cpu_speedups if name != "none")
+    if "keep_memory" in speedups:
         keep_freed_memory()
+    return speedups
 
 
 def new_model_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None) -> VanillaTransformerConfig:
@@ -391,11 +403,44 @@ def check_new_model(model_args: ModelArguments, data_args: DataArguments) -> Non
 
 
 def main(argv: list[str] | None = None):
+    """Parse, prepare the data, build the model, train, average the last checkpoints, test, write the model card."""
     model_args, data_args, recipe_args, training_args, is_demo = parse_arguments(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     set_seed(training_args.seed)
+    splits, callbacks = check_and_load(model_args, data_args, recipe_args, training_args, is_demo)
+    if recipe_args.overwrite_output_dir:
+        remove_old_run(training_args)
 
-    # Every flag, folder and data file is checked before anything is written.
+    tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
+    model = build_model(model_args, data_args, tokenizer)
+    speedups = cpu_speedups(recipe_args, training_args)
+    if not training_args.learning_rate:
+        training_args.learning_rate = paper_learning_rate(
+            model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
+        )
+    logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
+
+    tokenized = tokenize_splits(splits, tokenizer, data_args, training_args)
+    train_dataset = training_dataset(tokenized["train"], tokenizer, data_args, training_args.seed)
+    eval_dataset = validation_dataset(tokenized, data_args.max_eval_samples)
+    trainer = build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups)
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
+    save_run(trainer, result)
+
+    if "test" in tokenized and training_args.predict_with_generate:
+        metrics, hypotheses = report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged, is_demo)
+        if trainer.is_world_process_zero():
+            results = card_results(metrics, splits, hypotheses, data_args, averaged, is_demo)
+            write_card(training_args.output_dir, results)
+    elif eval_dataset is not None:
+        report_validation_results(trainer)
+    return trainer
+
+
+def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: bool):
+    """Every flag, folder and data file, checked before anything is written; the data is loaded to be checked. Returns
+    the splits and the Trainer's callbacks."""
     check_output_dir(recipe_args, training_args)
     if model_args.model_name_or_path:
         check_model(model_args.model_name_or_path)
@@ -413,23 +458,20 @@ def main(argv: list[str] | None = None):
         require("tensorboard", extra="train")
     if "test" in splits and training_args.predict_with_generate:
         require("jinja2", extra="train")
-    if recipe_args.overwrite_output_dir:
-        with training_args.main_process_first(desc="removing the old run"):
-            if training_args.process_index == 0:
-                remove_run(training_args.output_dir)
+    return splits, callbacks
 
-    tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
-    model = build_model(model_args, data_args, tokenizer)
-    if training_args.device.type == "cpu":
-        prepare_cpu_training(model)
-    if not training_args.learning_rate:
-        training_args.learning_rate = paper_learning_rate(
-            model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
-        )
-    logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
 
+def remove_old_run(training_args: Seq2SeqTrainingArguments) -> None:
+    """--overwrite-output-dir: one process deletes the run the output folder holds, before the others go on."""
+    with training_args.main_process_first(desc="removing the old run"):
+        if training_args.process_index == 0:
+            remove_run(training_args.output_dir)
+
+
+def tokenize_splits(splits, tokenizer, data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """Every split tokenized, by one process per core for a large corpus. Over-long training pairs are dropped as they
+    are tokenized (and logged); validation and test pairs all stay."""
     languages = (tokenizer, data_args.source_lang, data_args.target_lang)
-    # Over-long training pairs are dropped as they are tokenized (and logged); validation and test pairs all stay.
     tokenize = dict(
         train=tokenize_pairs(*languages, data_args.max_source_length, data_args.max_target_length,
                              keep_translation=bool(data_args.bpe_dropout)),
@@ -445,44 +487,48 @@ def main(argv: list[str] | None = None):
         }
     log_dropped_pairs(len(splits["train"]), len(tokenized["train"]), data_args.max_source_length,
                       data_args.max_target_length)
-    train_dataset = tokenized["train"]
-    if data_args.bpe_dropout:
-        train_dataset = BPEDropoutDataset.from_translations(
-            train_dataset, data_args.source_lang, data_args.target_lang, tokenizer, data_args.bpe_dropout,
-            seed=training_args.seed, target_side=data_args.bpe_dropout_target,
-        )
+    return tokenized
 
+
+def training_dataset(tokenized_train, tokenizer, data_args: DataArguments, seed: int):
+    """The tokenized training pairs; with --bpe-dropout, the same pairs segmented anew every epoch."""
+    if not data_args.bpe_dropout:
+        return tokenized_train
+    return BPEDropoutDataset.from_translations(
+        tokenized_train, data_args.source_lang, data_args.target_lang, tokenizer, data_args.bpe_dropout,
+        seed=seed, target_side=data_args.bpe_dropout_target,
+    )
+
+
+def validation_dataset(tokenized: dict, max_eval_samples: int | None):
+    """The tokenized validation pairs, the first --max-eval-samples of them; None without validation data."""
     eval_dataset = tokenized.get("validation")
-    if eval_dataset is not None and data_args.max_eval_samples:
-        eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+    if eval_dataset is not None and max_eval_samples:
+        eval_dataset = eval_dataset.select(range(min(len(eval_dataset), max_eval_samples)))
+    return eval_dataset
+
+
+def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups=()):
+    """The Trainer of the paper's recipe: token batches (section 5.1) and, with --predict-with-generate, validation
+    BLEU from generate(); without it validation reports its loss only. With CPU `speedups`, the Trainer that applies
+    them inside its steps (cpu_training.py)."""
+    trainer_class, options = TokenBatchSeq2SeqTrainer, {}
+    if speedups:
+        trainer_class, options = CPUSeq2SeqTrainer, dict(speedups=speedups)
     with user_errors(ValueError):  # the Trainer's checks of its arguments together
-        trainer = TokenBatchSeq2SeqTrainer(
+        return trainer_class(
             model=model,
             args=training_args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
             processing_class=tokenizer,
-            # Validation BLEU needs generate(); without --predict_with_generate validation reports its loss only.
             compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
             max_tokens=data_args.max_tokens or None,
             max_sentences=data_args.max_sentences,
             callbacks=callbacks,
+            **options,
         )
-    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
-    trainer.save_model()  # model, tokenizer and generation config in output_dir
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-
-    if "test" in tokenized and training_args.predict_with_generate:
-        report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged=averaged)
-    elif eval_dataset is not None:
-        metrics = trainer.evaluate(metric_key_prefix="eval")
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-    return trainer
 
 
 def average_last_checkpoints(trainer, last_n: int) -> str:
@@ -497,118 +543,90 @@ def average_last_checkpoints(trainer, last_n: int) -> str:
     return f"the average of the last {last_n} checkpoints (steps {steps[0]:,}-{steps[-1]:,})"
 
 
-def report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged: str | None = None):
+def save_run(trainer, result) -> None:
+    """The model, tokenizer and generation config in the output folder, with the training metrics and the Trainer's
+    state."""
+    trainer.save_model()
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+
+
+def report_validation_results(trainer) -> None:
+    """Without a test split to translate: the validation loss (and BLEU and chrF with --predict-with-generate)."""
+    metrics = trainer.evaluate(metric_key_prefix="eval")
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+
+
+def report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged: str | None = None,
+                        is_demo: bool = False):
     """Translate the `test` split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
-    signature) and chrF on the detokenized text. The demo's splits are also scored per magnitude (their `magnitude`
-    column), and its `seen` split, the numbers below 1,000 that are in training, is translated and scored apart
-    (`seen_` keys). `averaged` says which checkpoints the model averages, if it does."""
+    signature) and chrF on the detokenized text, and save them. The demo also translates its `seen` split, the numbers
+    below 1,000 that are in training (`seen_` keys), and scores both per magnitude (number_words_report.py).
+    `averaged` says which checkpoints the model averages, if it does. Returns the metrics and each split's
+    translations."""
     metrics, hypotheses = {}, {}
-    for name in ("test", "seen"):
-        if name in splits:
-            metrics_of_split, hypotheses[name] = translate_and_score(trainer, splits[name], tokenized[name], data_args,
-                                                                     tokenizer, prefix=name)
-            metrics.update(metrics_of_split)
+    for name in ("test", "seen") if is_demo else ("test",):
+        metrics_of_split, hypotheses[name] = translate_and_score(trainer, splits[name], tokenized[name],
+                                                                 data_args.target_lang, tokenizer, prefix=name)
+        metrics.update(metrics_of_split)
+    if is_demo:
+        metrics.update(number_words_report.magnitude_metrics(splits, hypotheses, data_args.target_lang))
     if trainer.is_world_process_zero():
-        print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged)
+        print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged, is_demo)
     trainer.log_metrics("test", metrics)
     trainer.save_metrics("test", metrics)
-    if trainer.is_world_process_zero():
-        # The output folder's model card, from the saved model and these results, which card_results.json keeps for
-        # `vanilla-transformer model-card` and `push`.
-        results = card_results(metrics, splits, hypotheses, data_args, averaged)
-        output_dir = Path(trainer.args.output_dir)
-        (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-        write_model_card(output_dir, output_dir / "README.md", results)
-    return metrics
+    return metrics, hypotheses
 
 
-def translate_and_score(trainer, pairs, tokenized, data_args, tokenizer, prefix):
+def translate_and_score(trainer, pairs, tokenized, target_lang: str, tokenizer, prefix: str):
     """The beam-search translations of one split and its `{prefix}_` metrics: the Trainer's (loss, BLEU, chrF),
-    exact match, exact match per magnitude where the pairs have a `magnitude` column, the sacreBLEU signatures."""
+    exact match and the sacreBLEU signatures."""
     output = trainer.predict(tokenized, metric_key_prefix=prefix)
     predictions = np.where(output.predictions < 0, tokenizer.pad_token_id, output.predictions)
     hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-    references = [pair[data_args.target_lang] for pair in pairs["translation"]]
+    references = [pair[target_lang] for pair in pairs["translation"]]
     scores = score_translations(hypotheses, references)
     metrics = dict(output.metrics)
     metrics[f"{prefix}_exact_match"] = 100.0 * float(np.mean([h == r for h, r in zip(hypotheses, references)]))
-    for magnitude, (_, exact_match) in exact_match_by_magnitude(pairs, hypotheses, data_args.target_lang).items():
-        metrics[f"{prefix}_exact_match_{magnitude.replace(',', '')}"] = exact_match
     metrics[f"{prefix}_bleu_signature"] = scores["bleu_signature"]
     metrics[f"{prefix}_chrf_signature"] = scores["chrf_signature"]
     return metrics, hypotheses
 
 
-def exact_match_by_magnitude(pairs, hypotheses, target_lang) -> dict[str, tuple[int, float]]:
-    """`{magnitude: (number of pairs, exact match in %)}` in the pairs' order; empty without a `magnitude` column."""
-    if "magnitude" not in pairs.column_names:
-        return {}
-    right: dict[str, list[bool]] = {}
-    for magnitude, pair, hypothesis in zip(pairs["magnitude"], pairs["translation"], hypotheses):
-        right.setdefault(magnitude, []).append(hypothesis == pair[target_lang])
-    return {magnitude: (len(marks), 100.0 * sum(marks) / len(marks)) for magnitude, marks in right.items()}
+def sample_indices(pairs, count: int, is_demo: bool) -> list[int]:
+    """The pairs a report shows: the first `count`; in the demo, the first of each magnitude."""
+    return number_words_report.sample_indices(pairs) if is_demo else list(range(min(count, len(pairs))))
 
 
-def sample_indices(pairs, count: int) -> list[int]:
-    """The first pair of each magnitude where the pairs have one, else the first `count` pairs."""
-    if "magnitude" not in pairs.column_names:
-        return list(range(min(count, len(pairs))))
-    first: dict[str, int] = {}
-    for index, magnitude in enumerate(pairs["magnitude"]):
-        first.setdefault(magnitude, index)
-    return list(first.values())
-
-
-def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged):
+def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged, is_demo):
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
-
-    def print_pair(pair, hypothesis):
-        mark = "ok " if hypothesis == pair[target_lang] else "ERR"
-        print(f"  {mark} {pair[source_lang]}\n      -> {hypothesis}\n  (ref) {pair[target_lang]}")
-
     test = splits["test"]
     print(f"\nSample translations ({source_lang} -> {target_lang}) of held-out data:")
-    for index in sample_indices(test, 8):
-        print_pair(test[index]["translation"], hypotheses["test"][index])
+    for index in sample_indices(test, 8, is_demo):
+        number_words_report.print_pair(test[index]["translation"], hypotheses["test"][index], source_lang, target_lang)
     print(f"\nHeld-out ({len(test)} pairs, beam {trainer.args.generation_num_beams}): "
           f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
           f"chrF {metrics['test_chrf']:.2f}")
-    for magnitude, (count, exact_match) in exact_match_by_magnitude(test, hypotheses["test"], target_lang).items():
-        print(f"  {magnitude:>15}: {count:5,} pairs, exact match {exact_match:5.1f}%")
-    if "seen" in hypotheses:
-        seen = splits["seen"]
-        print(f"Seen in training (the {len(seen)} numbers below 1,000 of the training set): "
-              f"exact match {metrics['seen_exact_match']:.1f}%")
-        for magnitude, (count, exact_match) in exact_match_by_magnitude(seen, hypotheses["seen"], target_lang).items():
-            print(f"  {magnitude:>15}: {count:5,} pairs, exact match {exact_match:5.1f}%")
-        wrong = [(pair, hypothesis) for name in hypotheses
-                 for pair, hypothesis in zip(splits[name]["translation"], hypotheses[name])
-                 if hypothesis != pair[target_lang]]
-        if wrong:
-            print(f"Wrong translations ({len(wrong)}{', the first 20' if len(wrong) > 20 else ''}):")
-            for pair, hypothesis in wrong[:20]:
-                print_pair(pair, hypothesis)
+    if is_demo:
+        number_words_report.print_results(splits, hypotheses, metrics, source_lang, target_lang)
     print(f"sacreBLEU signature: {metrics['test_bleu_signature']}")
     if averaged:
         print(f"Model: {averaged}")
     print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
 
 
-def card_results(metrics, splits, hypotheses, data_args, averaged=None) -> dict:
+def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo: bool = False) -> dict:
     """The test results as `hub.model_card` takes them: scores with their signatures, the data, samples and the
     recipe facts the training arguments do not hold. The demo's card also reports the numbers below 1,000 seen in
-    training, and card_results.json keeps exact match per magnitude."""
-    if data_args.dataset_name:
-        data = dict(dataset=data_args.dataset_name, dataset_id=data_args.dataset_name)
-    elif data_args.test_source_file or data_args.test_file:
-        data = dict(dataset=Path(data_args.test_source_file or data_args.test_file).name)
-    else:  # the demo, where a translation is right or wrong
-        data = dict(dataset="number words (num2words), held-out numbers", exact_match=metrics["test_exact_match"])
-    evaluations = [("test", "test", data)]
-    if "seen" in hypotheses:
-        seen = dict(dataset="number words (num2words) below 1,000, seen in training",
-                    exact_match=metrics["seen_exact_match"])
-        evaluations.append(("seen", "train", seen))
+    training, and card_results.json keeps exact match per magnitude (number_words_report.py)."""
+    if is_demo:
+        evaluations = number_words_report.card_evaluations(metrics)
+    elif data_args.dataset_name:
+        evaluations = [("test", "test", dict(dataset=data_args.dataset_name, dataset_id=data_args.dataset_name))]
+    else:
+        evaluations = [("test", "test", dict(dataset=Path(data_args.test_source_file or data_args.test_file).name))]
     test = splits["test"]
     results = dict(
         results=[
@@ -626,7 +644,7 @@ def card_results(metrics, splits, hypotheses, data_args, averaged=None) -> dict:
         samples=[
             dict(source=test[index]["translation"][data_args.source_lang],
                  reference=test[index]["translation"][data_args.target_lang], hypothesis=hypotheses["test"][index])
-            for index in sample_indices(test, 5)
+            for index in sample_indices(test, 5, is_demo)
         ],
         training=dict(max_tokens=data_args.max_tokens, bpe_dropout=data_args.bpe_dropout,
                       bpe_dropout_target=data_args.bpe_dropout_target),
@@ -634,14 +652,17 @@ def card_results(metrics, splits, hypotheses, data_args, averaged=None) -> dict:
     if averaged:  # the card names the weights in its table of models
         results["variants"] = [dict(model=averaged, decoding="the defaults above", bleu=metrics["test_bleu"],
                                     chrf=metrics["test_chrf"])]
-    if "magnitude" in test.column_names:  # the demo
-        results["training_data"] = describe_training(splits["train"])
-        results["exact_match_by_magnitude"] = {
-            prefix: {magnitude: dict(pairs=count, exact_match=exact_match) for magnitude, (count, exact_match)
-                     in exact_match_by_magnitude(splits[prefix], hypotheses[prefix], data_args.target_lang).items()}
-            for prefix in hypotheses
-        }
+    if is_demo:
+        results.update(number_words_report.card_extras(splits, hypotheses, data_args.target_lang))
     return results
+
+
+def write_card(output_dir: str | os.PathLike, results: dict) -> None:
+    """The output folder's model card, from the saved model and the test `results`, which card_results.json keeps for
+    `vanilla-transformer model-card` and `push`."""
+    output_dir = Path(output_dir)
+    (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    write_model_card(output_dir, output_dir / "README.md", results)
 
 
 if __name__ == "__main__":

@@ -4,15 +4,19 @@
 - `TokenBatchSeq2SeqTrainer`: a `Seq2SeqTrainer` whose training batches hold ~`max_tokens` tokens of similar
   length (section 5.1) instead of a fixed number of sentences.
 - `BPEDropoutDataset`: training pairs segmented anew every epoch with BPE-dropout (not in the paper).
-- `TokenIdCheckingCollator`: a data collator that checks token ids against the vocabulary on the CPU, so that the
-  model need not read them back from the device on a training step.
+- `TokenIdCheckingCollator`: a data collator that checks token ids against the vocabulary on the CPU, where batches
+  are built, so that a bad id gets a clear error and the training step never waits for the device to check it.
+- `label_smoothed_cross_entropy`: section 5.4's label-smoothed loss in torch's fused kernel.
+
+The `train` command's speed-ups for CPU training live apart, in `cpu_training.py`.
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
 import logging
 import time
+from collections.abc import Sequence
 from functools import partial
-from types import MethodType
+from itertools import chain
 
 import numpy as np
 import torch
@@ -23,12 +27,10 @@ from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .extras import require
-from .input_checks import check_feature_token_ids
 from .metrics import score_translations
 from .tokenization import BPEDropout
 
 
-ConvertOutputsToFp32 = require("accelerate.utils.operations", extra="train").ConvertOutputsToFp32
 logger = logging.getLogger(__name__)
 
 
@@ -67,78 +69,19 @@ def paper_training_arguments(
     return Seq2SeqTrainingArguments(output_dir=output_dir, **{**recipe, **overrides})
 
 
-# Rows of logits per chunk of `ChunkedLabelSmoothedCrossEntropy`: ~2 MB of float32 at a vocabulary of 8,000, so that a
-# chunk's passes stay in a core's cache.
-LOSS_CHUNK_ELEMENTS = 2**19
-
-
-class ChunkedLabelSmoothedCrossEntropy(torch.autograd.Function):
-    """Section 5.4's label-smoothed cross-entropy, summed over the rows of (tokens x vocabulary) logits whose label is
-    not `ignore_index`, computed a chunk of rows at a time in float32 from logits of any dtype. Per row, with
-    lse = log sum_v exp(x_v), the loss (1 - epsilon) * (lse - x_y) + epsilon * (lse - mean_v x_v) and its gradient
-    softmax(x) - (1 - epsilon) * onehot(y) - epsilon / V. torch's `cross_entropy` under CPU autocast first copies the
-    bfloat16 logits to a float32 tensor and then makes several more passes over it, forward and backward; this reads
-    each chunk once while it is in cache (docs/speed.md, `benchmarks/loss_speed.py`). The gradient is written in the
-    logits' dtype, as autocast's copy back would."""
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int) -> torch.Tensor:
-        rows, vocab_size = logits.shape
-        chunk = max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
-        dtype = torch.promote_types(logits.dtype, torch.float32)  # bfloat16 and float16 are computed in float32
-        counted = labels != ignore_index
-        targets = labels.masked_fill(~counted, 0).unsqueeze(1)
-        log_normalizers = torch.empty(rows, dtype=dtype, device=logits.device)
-        losses = torch.empty(rows, dtype=dtype, device=logits.device)
-        for start in range(0, rows, chunk):
-            part = slice(start, start + chunk)
-            x = logits[part].to(dtype)
-            log_normalizers[part] = lse = torch.logsumexp(x, dim=1)
-            nll = lse - x.gather(1, targets[part]).squeeze(1)
-            mean_negative_log_probability = lse - x.sum(1) / vocab_size
-            losses[part] = (1 - epsilon) * nll + epsilon * mean_negative_log_probability
-        ctx.save_for_backward(logits, targets, counted, log_normalizers)
-        ctx.epsilon = epsilon
-        return losses.masked_fill_(~counted, 0).sum()
-
-    @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor):
-        logits, targets, counted, log_normalizers = ctx.saved_tensors
-        epsilon = ctx.epsilon
-        rows, vocab_size = logits.shape
-        chunk = max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
-        dtype = log_normalizers.dtype
-        grad_logits = torch.empty_like(logits)
-        row_scale = counted.to(dtype).mul_(grad_loss).unsqueeze(1)  # 0 for ignored rows
-        on_target = torch.full((min(chunk, rows), 1), -(1 - epsilon), dtype=dtype, device=logits.device)
-        for start in range(0, rows, chunk):
-            part = slice(start, start + chunk)
-            x = logits[part].to(dtype, copy=True)
-            probabilities = x.sub_(log_normalizers[part].unsqueeze(1)).exp_()
-            gradient = probabilities.sub_(epsilon / vocab_size)
-            gradient.scatter_add_(1, targets[part], on_target[: len(gradient)])
-            grad_logits[part] = gradient.mul_(row_scale[part])
-        return grad_logits, None, None, None
-
-
 def label_smoothed_cross_entropy(epsilon: float):
     """Section 5.4's label smoothing as a Trainer `compute_loss_func`: the loss of transformers' `LabelSmoother`,
     (1 - epsilon) * NLL + epsilon * mean over the vocabulary of -log p, summed over the target tokens (labels -100
     ignored) and divided by `num_items_in_batch` (the whole accumulated batch's token count) when the Trainer gives
-    it, else by this batch's. On a CPU it is `ChunkedLabelSmoothedCrossEntropy`, elsewhere torch's fused
-    `cross_entropy(label_smoothing=epsilon)`; both make fewer passes over the (tokens x vocabulary) logits than
-    `LabelSmoother` does, forward and backward."""
+    it, else by this batch's. torch's fused `cross_entropy(label_smoothing=epsilon)` makes fewer passes over the
+    (tokens x vocabulary) logits than `LabelSmoother` does, forward and backward."""
 
     def compute_loss(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        if logits.device.type == "cpu":
-            with torch.autocast("cpu", enabled=False):
-                loss = ChunkedLabelSmoothedCrossEntropy.apply(logits.flatten(0, -2), labels.flatten(), epsilon, -100)
-        else:  # half-precision logits are upcast first, as accelerate's float32 copy of the outputs did
-            loss = F.cross_entropy(
-                logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100, label_smoothing=epsilon,
-                reduction="sum",
-            )
+        loss = F.cross_entropy(  # half-precision logits in float32, as accelerate's float32 copy of the outputs has them
+            logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100, label_smoothing=epsilon,
+            reduction="sum",
+        )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum()
         elif torch.is_tensor(num_items_in_batch):
@@ -148,11 +91,36 @@ def label_smoothed_cross_entropy(epsilon: float):
     return compute_loss
 
 
+# Feature fields that hold token ids; `labels` may also hold the loss's ignore index.
+TOKEN_ID_FIELDS = ("input_ids", "decoder_input_ids", "labels")
+IGNORE_INDEX = -100
+
+
+def check_feature_token_ids(features: Sequence[dict], vocab_size: int) -> None:
+    """Token ids of tokenized examples (lists of ids, or arrays), before collation: each in [0, vocab_size), and -100
+    also allowed in `labels`. Pure Python and numpy: no tensor is read back from a device."""
+    for name in TOKEN_ID_FIELDS:
+        rows = [ids if isinstance(ids, list) else np.asarray(ids).ravel().tolist()
+                for feature in features if (ids := feature.get(name)) is not None]
+        rows = [ids for ids in rows if len(ids)]
+        if not rows:
+            continue
+        smallest, largest = min(map(min, rows)), max(map(max, rows))
+        if smallest < 0 and name == "labels":
+            smallest = min((i for i in chain.from_iterable(rows) if i != IGNORE_INDEX), default=0)
+        if smallest < 0 or largest >= vocab_size:
+            bad = smallest if smallest < 0 else largest
+            raise ValueError(
+                f"`{name}` of a training example contains token id {bad}, outside the model's vocabulary "
+                f"[0, {vocab_size}): was the data tokenized with another tokenizer than the model's?"
+            )
+
+
 class TokenIdCheckingCollator:
     """A data collator that first checks the examples' token ids against the model's vocabulary
-    (`input_checks.check_feature_token_ids`: a clear `ValueError` naming the bad id), then calls `collator`. It runs
-    where the batch is built, on the CPU, before anything reaches the device: the model checks ids only in inference,
-    since reading them back from the device on every training step would make the step wait for it."""
+    (`check_feature_token_ids`: a clear `ValueError` naming the bad id instead of an index error deep in torch), then
+    calls `collator`. It runs where the batch is built, on the CPU, before anything reaches the device, so checking
+    never makes a training step wait for the device."""
 
     def __init__(self, collator, vocab_size: int):
         self.collator = collator
@@ -178,28 +146,14 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         self.max_sentences = max_sentences
         self._flops_per_input_token = None
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
-            # The same loss as the Trainer's LabelSmoother, fused (see `label_smoothed_cross_entropy`).
+            # The same loss as the Trainer's LabelSmoother, in torch's fused kernel.
             self.compute_loss_func = label_smoothed_cross_entropy(self.args.label_smoothing_factor)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # The loss takes the labels out of the inputs, and a decoder given no labels builds a key/value cache for
         # decoding, which the loss never reads.
         inputs = {**inputs, "use_cache": False}
-        # Under --bf16 accelerate wraps the model's forward in autocast and then copies its outputs to float32. The
-        # loss here reads the bfloat16 logits as they are (`ChunkedLabelSmoothedCrossEntropy`), so the copy of the
-        # (tokens x vocabulary) logits and its backward were pure cost (docs/speed.md). The
-        # forward runs under accelerate's autocast all the same, only without the copy.
-        module = self.accelerator.unwrap_model(model)
-        forward = module.__dict__.get("forward")
-        wrapper = getattr(getattr(forward, "__func__", forward), "__wrapped__", None)
-        if self.compute_loss_func is None or not isinstance(wrapper, ConvertOutputsToFp32):
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        autocast_forward = wrapper.model_forward
-        module.forward = MethodType(autocast_forward, module) if hasattr(forward, "__func__") else autocast_forward
-        try:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            module.forward = forward
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def floating_point_ops(self, inputs) -> int:
         main_input = getattr(self.model, "main_input_name", "input_ids")
@@ -208,16 +162,6 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         if self._flops_per_input_token is None:  # the Trainer's count walks every module: once, not every step
             self._flops_per_input_token = super().floating_point_ops({main_input: torch.empty(1)})
         return inputs[main_input].numel() * self._flops_per_input_token
-
-    def _get_grad_norm(self, model, grad_norm=None):
-        # Without clipping (section 5.3 has none: max_grad_norm 0) the Trainer computes the gradient norm after every
-        # step only to log it; compute it for the steps that log (the same logged values, less work per step).
-        # The step about to end logs as `DefaultFlowCallback` decides, once it has counted it.
-        step = self.state.global_step + 1
-        logs = step % self.state.logging_steps == 0 or (self.args.logging_first_step and step == 1)
-        if grad_norm is None and self.args.logging_strategy == "steps" and not logs:
-            return None
-        return super()._get_grad_norm(model, grad_norm)
 
     def get_train_dataloader(self) -> DataLoader:
         collator = TokenIdCheckingCollator(self.data_collator, self.model.get_input_embeddings().num_embeddings)

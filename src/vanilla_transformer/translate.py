@@ -60,38 +60,56 @@ def translate_lines(
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     if not to_translate:
         return translations
-    lengths = [len(ids) for ids in input_ids]
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
-    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
-
     if compile:
         generate_kwargs.update(GENERATE_KWARGS)
-        batches = _compiled_decoding_batches(lengths, batch_size, max_tokens)
-    else:
-        batches = [(batch, len(batch)) for batch in length_sorted_batches(lengths, max_tokens, batch_size)]
+    batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile)
+    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
+    with (
+        _eval_mode(model),
+        torch.inference_mode(),
+        compiled_decoding(model) if compile else contextlib.nullcontext(),
+        tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar,
+    ):
+        for batch, rows in batches:
+            texts = _generate(model, tokenizer, [input_ids[k] for k in batch], rows, compile, generate_kwargs)
+            for k, text in zip(batch, texts):
+                translations[to_translate[k]] = text
+            bar.update(len(batch))
+    return translations
 
+
+@contextlib.contextmanager
+def _eval_mode(model: PreTrainedModel) -> Iterator[None]:
+    """`model` in eval mode, then back in the mode it was in."""
     was_training = model.training
     model.eval()
     try:
-        with (
-            torch.inference_mode(),
-            compiled_decoding(model) if compile else contextlib.nullcontext(),
-            tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar,
-        ):
-            for batch, rows in batches:
-                sources = [input_ids[k] for k in batch]
-                sources += sources[:1] * (rows - len(batch))
-                padded = tokenizer.pad(
-                    {"input_ids": sources}, pad_to_multiple_of=SOURCE_BUCKET if compile else None, return_tensors="pt"
-                )
-                outputs = model.generate(**padded.to(model.device), **generate_kwargs)
-                for k, text in zip(batch, tokenizer.batch_decode(outputs, skip_special_tokens=True)):
-                    translations[to_translate[k]] = text.strip()
-                bar.update(len(batch))
+        yield
     finally:
         model.train(was_training)
-    return translations
+
+
+def _generate(model, tokenizer, sources: list[list[int]], rows: int, compile: bool, generate_kwargs: dict) -> list[str]:
+    """The translations of one batch of token ids, filled up to `rows` sentences with copies of its first (the
+    translations of the copies come back too) and, for compiled decoding, padded to a multiple of `SOURCE_BUCKET`."""
+    sources = sources + sources[:1] * (rows - len(sources))
+    padded = tokenizer.pad(
+        {"input_ids": sources}, pad_to_multiple_of=SOURCE_BUCKET if compile else None, return_tensors="pt"
+    )
+    outputs = model.generate(**padded.to(model.device), **generate_kwargs)
+    return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
+
+
+def _batches(
+    lengths: list[int], batch_size: int, max_tokens: int | None, compile: bool
+) -> list[tuple[list[int], int]]:
+    """`(batch, rows)` pairs: the indices of a batch's sources, and the number of sentences it is generated with (its
+    own, or with `compile` a full batch's)."""
+    if compile:
+        return _compiled_decoding_batches(lengths, batch_size, max_tokens)
+    return [(batch, len(batch)) for batch in length_sorted_batches(lengths, max_tokens, batch_size)]
 
 
 def _compiled_decoding_batches(lengths: list[int], batch_size: int, max_tokens: int | None):

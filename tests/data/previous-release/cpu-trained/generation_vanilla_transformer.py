@@ -1,0 +1,210 @@
+"""Section 6.1's decoding on top of transformers' `generate()`, in one place: the defaults every model saves, the one
+resolver of decoding settings (used by `generate()` and by the CTranslate2 backend), the GNMT length penalty the paper
+used, and the per-sentence maximum output length of source length + 50. The search itself stays transformers' own.
+"""
+
+from collections.abc import Sequence
+from contextvars import ContextVar
+
+import torch
+from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.cache_utils import Cache, EncoderDecoderCache, StaticCache
+
+from .input_checks import check_attention_mask
+
+# Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6 ... maximum output length during
+# inference to input length + 50, but terminate early when possible". Saved in every model's generation config.
+# "Terminate early when possible" is tensor2tensor's rule, transformers' early_stopping="never": stop once no running
+# hypothesis can beat the finished ones even at the longest length. early_stopping=True (stop at num_beams finished
+# hypotheses) keeps short hypotheses that a confident model finishes early (docs/decoding.md).
+PAPER_DECODING = dict(
+    num_beams=4,
+    length_penalty=0.6,
+    length_penalty_type="gnmt",
+    early_stopping="never",
+    max_length_over_source=50,
+)
+LENGTH_PENALTY_TYPES = ("gnmt", "transformers")
+# The two settings that are the package's, not transformers': taken out of the call before transformers sees it.
+PACKAGE_SETTINGS = ("length_penalty_type", "max_length_over_source")
+
+
+def resolve_decoding_settings(
+    generation_config: GenerationConfig | None,
+    call_kwargs: dict | None = None,
+    defaults: GenerationConfig | None = None,
+) -> dict:
+    """The decoding settings a call will use, read as `generate()` reads them: the call's keyword arguments, else the
+    generation config given to the call (`generation_config`), else `defaults` (the model's generation config).
+
+    Returns `num_beams`, `length_penalty`, `early_stopping`, `max_new_tokens`, `max_length`, `min_new_tokens`,
+    `min_length`, `eos_token_id` (None where nothing sets them), `length_penalty_type` (`"transformers"` where nothing
+    sets it: transformers' own penalty) and `max_length_over_source`: the source + N limit, None when it is off. It is
+    off when set to None in the call, or when the call or its generation config set `max_length` or `max_new_tokens`
+    (an explicit length wins).
+    """
+    call_kwargs = call_kwargs or {}
+    sources = [call_kwargs] + [vars(config) for config in (generation_config, defaults) if config is not None]
+
+    def first(name):
+        return next((source[name] for source in sources if source.get(name) is not None), None)
+
+    names = ("num_beams", "length_penalty", "early_stopping", "max_new_tokens", "max_length", "min_new_tokens",
+             "min_length", "eos_token_id")
+    settings = {name: first(name) for name in names}
+    settings["length_penalty_type"] = first("length_penalty_type") or "transformers"
+    if settings["length_penalty_type"] not in LENGTH_PENALTY_TYPES:
+        raise ValueError(
+            f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, got {settings['length_penalty_type']!r}"
+        )
+    explicit_length = any(
+        source.get(name) is not None
+        for source in sources[: 2 if generation_config is not None else 1]
+        for name in ("max_length", "max_new_tokens")
+    )
+    if explicit_length:
+        settings["max_length_over_source"] = None
+    elif "max_length_over_source" in call_kwargs:  # an explicit None in the call turns the limit off
+        settings["max_length_over_source"] = call_kwargs["max_length_over_source"]
+    else:
+        settings["max_length_over_source"] = first("max_length_over_source")
+    return settings
+
+
+def gnmt_length_penalty(length: int | torch.Tensor, alpha: float):
+    """GNMT (Wu et al., 2016, eq. 14): lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha."""
+    return ((5 + length) / 6) ** alpha
+
+
+class MaxLengthOverSourceLogitsProcessor(LogitsProcessor):
+    r"""
+    Section 6.1's maximum output length, per sentence: a hypothesis of sentence `i` ends with `</s>` at the latest as
+    its `max_lengths[i]`-th generated token (`</s>` included). Per sentence rather than per batch, so a sentence gets
+    the same translation alone or in a padded batch. `</s>` keeps its model score.
+    """
+
+    def __init__(self, max_lengths: torch.LongTensor, eos_token_id: int):
+        self.max_lengths = max_lengths
+        self.eos_token_id = eos_token_id
+        self.prompt_length = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows, length = input_ids.shape
+        if self.prompt_length is None:
+            # Once per call: rows are sentences repeated num_beams (or num_return_sequences) times, one after another.
+            self.prompt_length = length
+            self.row_limits = self.max_lengths.to(scores.device).repeat_interleave(rows // self.max_lengths.shape[0])
+            self.first_limit = int(self.max_lengths.min())
+        generated = length + 1 - self.prompt_length  # the token chosen now is the generated-th
+        if generated < self.first_limit:  # no sentence at its limit yet: nothing to do, no device sync
+            return scores
+        forced = torch.full_like(scores, -float("inf"))
+        forced[:, self.eos_token_id] = scores[:, self.eos_token_id]
+        return torch.where((generated >= self.row_limits)[:, None], forced, scores)
+
+
+def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, encoder_outputs=None, pad_token_id=None):
+    """Number of real source tokens per sentence (the `</s>` included), from whatever `generate()` was given."""
+    if attention_mask is not None:
+        return attention_mask.sum(-1).long()
+    if input_ids is not None:
+        if pad_token_id is None:
+            return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
+        return (input_ids != pad_token_id).sum(-1)
+    states = inputs_embeds if inputs_embeds is not None else encoder_outputs[0]
+    return torch.full(states.shape[:1], states.shape[1], device=states.device)
+
+
+# Whether the beam search running in this thread (or asyncio task) ranks finished hypotheses by GNMT's penalty. A
+# context variable, not an attribute of the model: concurrent generate() calls on one model each see their own.
+_gnmt_length_penalty: ContextVar[bool] = ContextVar("gnmt_length_penalty", default=False)
+
+
+class VanillaTransformerGenerationMixin(GenerationMixin):
+    """transformers' `GenerationMixin` with section 6.1's decoding read from the generation config (or the call):
+
+    - `max_length_over_source` (default 50): when neither the call nor its generation config sets `max_length` or
+      `max_new_tokens`, each sentence's output ends at the latest after its source length + 50 tokens. `None` turns it
+      off. A `min_new_tokens` or `min_length` beyond it wins: the output then ends with `</s>` at the first position
+      they allow.
+    - `length_penalty_type` (default `"gnmt"`): for beam search, `"gnmt"` ranks finished hypotheses by
+      `log P(Y|X) / ((5 + |Y|) / 6) ** length_penalty` as the paper did; `"transformers"` keeps transformers'
+      `log P(Y|X) / |Y| ** length_penalty`.
+
+    transformers' beam search divides the score of a finished hypothesis by |Y| ** length_penalty and offers no public
+    hook for another penalty, so two of its private methods are extended (`_update_finished_beams` and
+    `_check_early_stop_heuristic`, with the penalty folded into the scores and transformers' exponent set to 0);
+    `_reorder_cache` is the hook transformers offers models for their cache. tests/test_generation.py checks the
+    signatures and behaviour these rely on.
+    """
+
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        **kwargs,
+    ):
+        sources = kwargs.get("input_ids", inputs) if kwargs.get("inputs_embeds") is None else kwargs["inputs_embeds"]
+        if sources is not None:  # before the mask's sum sets each sentence's source + 50 limit
+            check_attention_mask(kwargs.get("attention_mask"), sources.shape[:2], "attention_mask", of="input_ids")
+        settings = resolve_decoding_settings(generation_config, kwargs, defaults=self.generation_config)
+        for name in PACKAGE_SETTINGS:
+            kwargs.pop(name, None)
+        processors = LogitsProcessorList(logits_processor or [])
+        if settings["max_length_over_source"] is not None:
+            lengths = source_lengths(
+                kwargs.get("input_ids", inputs),
+                kwargs.get("attention_mask"),
+                kwargs.get("inputs_embeds"),
+                kwargs.get("encoder_outputs"),
+                self.config.pad_token_id,
+            )
+            # A minimum length wins over the limit: the output still ends with </s>, at the first token allowed.
+            shortest = max((settings["min_new_tokens"] or 0) + 1, settings["min_length"] or 0)
+            max_lengths = (lengths + settings["max_length_over_source"]).clamp(min=shortest)
+            eos_token_id = settings["eos_token_id"]
+            eos_token_id = eos_token_id[0] if isinstance(eos_token_id, Sequence) else eos_token_id
+            processors.append(MaxLengthOverSourceLogitsProcessor(max_lengths, eos_token_id))
+            kwargs.update(max_new_tokens=int(max_lengths.max()), max_length=None)
+
+        token = _gnmt_length_penalty.set(settings["length_penalty_type"] == "gnmt")
+        try:
+            return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
+        finally:
+            _gnmt_length_penalty.reset(token)
+
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's hook to keep the cache of the hypotheses it extends (`beam_idx` picks, for every row, a row of
+        the same sentence). Only the self-attention cache differs between hypotheses; the encoder-decoder attention's
+        keys and values are those of the sentence, the same in all its rows, so they stay where they are instead of
+        being copied at every step. A static cache is reordered in place, its filled positions only: a compiled
+        decoding step (or a CUDA graph) keeps the addresses of its tensors."""
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if isinstance(self_attention_cache, StaticCache):
+            filled = int(self_attention_cache.get_seq_length())
+            for layer in self_attention_cache.layers:
+                for states in (layer.keys, layer.values) if layer.is_initialized else ():
+                    states[:, :, :filled] = states[:, :, :filled].index_select(0, beam_idx)
+        else:
+            self_attention_cache.reorder_cache(beam_idx)
+        return cache
+
+    def _update_finished_beams(self, **state):
+        if _gnmt_length_penalty.get():
+            # score(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| counting </s> (GNMT, eq. 14)
+            length = state["cur_len"] + 1 - state["decoder_prompt_len"]
+            state["topk_log_probs"] = state["topk_log_probs"] / gnmt_length_penalty(length, state["length_penalty"])
+            state["length_penalty"] = 0.0
+        return super()._update_finished_beams(**state)
+
+    def _check_early_stop_heuristic(self, **state):
+        if _gnmt_length_penalty.get():
+            # The best score a running hypothesis may still reach, under the same length assumption as transformers.
+            never = state["early_stopping"] == "never" and state["length_penalty"] > 0.0
+            length = (state["max_length"] if never else state["cur_len"]) - state["decoder_prompt_len"]
+            penalty = gnmt_length_penalty(length, state["length_penalty"])
+            state["running_beam_scores"] = state["running_beam_scores"] / penalty
+            state["length_penalty"] = 0.0
+        return super()._check_early_stop_heuristic(**state)
