@@ -143,6 +143,7 @@ def test_a_missing_input_file_and_a_bad_device_are_named(model_without_tokenizer
     assert "expected a device such as cpu" in run_main(["translate", "--model", "m", "--device", "gpu0"], capsys)
 
 
+@pytest.mark.slow  # a fresh process
 def test_console_script_reports_a_missing_export_folder_in_one_line(tmp_path):
     script = Path(sys.executable).with_name("vanilla-transformer")
     if not script.exists():

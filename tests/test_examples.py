@@ -30,6 +30,7 @@ def multi30k_like(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_multi30k_recipe_smoke(multi30k_like, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", ["run.py", "--data-dir", str(multi30k_like), "--output-dir", str(out),

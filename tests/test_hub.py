@@ -438,6 +438,7 @@ def test_translation_pipeline_without_the_package(saved_model, without_package):
     assert without_package["translations"] == {"translation": expected, "translation_en_to_fr": expected}
 
 
+@pytest.mark.slow  # a fresh process
 def test_an_older_transformers_gets_a_clear_error():
     """The remote code runs under the user's transformers; 5.17 used to fail with a TypeError in OutputRecorder."""
     code = "import transformers; transformers.__version__ = '5.17.0'; import vanilla_transformer"

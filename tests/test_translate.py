@@ -230,6 +230,7 @@ def test_translate_command_refuses_invalid_utf8(model_dir, tmp_path, capsys):
     assert capsys.readouterr().err == f"vanilla-transformer translate: error: {message}\n"
 
 
+@pytest.mark.slow  # a fresh process
 def test_console_script_refuses_invalid_utf8_without_a_traceback(model_dir, tmp_path):
     script = Path(sys.executable).with_name("vanilla-transformer")
     if not script.exists():
