@@ -1,4 +1,4 @@
-"""Run with the previous release's code on PYTHONPATH: saves tiny trained-looking models and their translations."""
+"""Run with the previous release's code on PYTHONPATH: saves two tiny models, trained briefly to copy sequences reversed, and their translations."""
 import json, sys, torch
 from pathlib import Path
 import vanilla_transformer
