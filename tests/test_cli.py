@@ -155,3 +155,23 @@ def test_console_script_reports_a_missing_export_folder_in_one_line(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr == f"vanilla-transformer export-ct2: error: no such folder: {tmp_path / 'missing'}\n"
+
+
+def test_a_value_that_is_no_number_is_named_without_internal_names(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", "any", "--batch-size", "four"])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "argument --batch-size: expected a positive integer, got 'four'" in error and "_positive_int" not in error
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--source", ""), ("--source", "  "), ("--translation", "")])
+def test_plot_attention_refuses_an_empty_sentence_before_loading_anything(flag, value, tmp_path, capsys):
+    arguments = {"--source": "A man.", "--translation": None, flag: value}
+    argv = ["plot-attention", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "plot.png")]
+    argv += [part for name, text in arguments.items() if text is not None for part in (name, text)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert f"{flag} is empty" in capsys.readouterr().err
+    assert not (tmp_path / "plot.png").exists()

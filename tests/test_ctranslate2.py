@@ -267,3 +267,16 @@ def test_translate_command_reports_an_input_too_long_for_the_export_in_one_line(
     last_line = err.splitlines()[-1]  # after the progress bar of loading the weights
     assert last_line.startswith("vanilla-transformer translate: error: ") and "--max-positions" in last_line
     assert "Traceback" not in err and not output.exists()
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_the_torch_backend_points_a_ctranslate2_folder_to_the_ct2_backend(paper_model, tmp_path, capsys, command):
+    _, ct2_dir = paper_model
+    sources = tmp_path / "sources.txt"
+    sources.write_text("A man.\n", encoding="utf-8")
+    arguments = ["--input", str(sources)] if command == "translate" else ["--src", str(sources), "--ref", str(sources)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--model", str(ct2_dir), *arguments])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1
+    assert f"{ct2_dir} is a CTranslate2 folder (from export-ct2): translate or evaluate it with --backend ct2" in error

@@ -122,7 +122,10 @@ def push_command(argv: list[str]) -> None:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:  # argparse would name this function instead of what is expected
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
@@ -337,6 +340,10 @@ def plot_attention_command(argv: list[str]) -> None:
     )
     parser.add_argument("--out", required=True, metavar="FILE", help="The image file, e.g. attention.png.")
     args = parser.parse_args(argv)
+    if not args.source.strip():
+        raise UserError("--source is empty: give the sentence whose attention to draw")
+    if args.translation is not None and not args.translation.strip():
+        raise UserError("--translation is empty: give a translation, or leave it out for the model's own")
     check_model(args.model)
     check_output_file(args.out)
     with user_errors(OSError, ValueError, path=args.model):

@@ -39,6 +39,7 @@ def describe(error: BaseException, path: str | os.PathLike | None = None) -> str
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+CT2_WEIGHTS = "model.bin"  # what CTranslate2's converters write
 
 
 def check_model(
@@ -53,6 +54,10 @@ def check_model(
         if config and not (folder / "config.json").is_file():
             raise UserError(f"{value} has no config.json: it is not a saved model folder")
         if weights and not any((folder / name).is_file() for name in WEIGHT_FILES):
+            if (folder / CT2_WEIGHTS).is_file():
+                raise UserError(
+                    f"{value} is a CTranslate2 folder (from export-ct2): translate or evaluate it with --backend ct2"
+                )
             raise UserError(f"{value} has no model weights ({WEIGHT_FILES[0]})")
         if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
             raise UserError(f"{value} has no tokenizer files ({' or '.join(TOKENIZER_FILES)})")
