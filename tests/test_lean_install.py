@@ -47,7 +47,7 @@ from vanilla_transformer.translate import translate_lines
 
 report = {}
 folder = Path(tempfile.mkdtemp())
-tokenizer = train_tokenizer(["a cat sat on the mat", "le chat est assis sur le tapis"] * 4, vocab_size=120,
+tokenizer = train_tokenizer(["a cat sat on the mat", "le chat est assis sur le tapis"] * 4, vocab_size=260,
                             show_progress=False)
 config = VanillaTransformerConfig.from_preset(
     "tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,

@@ -254,3 +254,9 @@ def test_bpe_dropout_refuses_a_bad_probability_and_a_tokenizer_that_is_not_byte_
     word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     with pytest.raises(ValueError, match="needs a byte-level BPE tokenizer.*WordLevel model"):
         BPEDropout(PreTrainedTokenizerFast(tokenizer_object=word_level), 0.1)
+
+
+def test_a_vocabulary_smaller_than_the_alphabet_and_specials_is_refused():
+    with pytest.raises(ValueError, match="vocab_size 259 is too small: the byte alphabet \\(256\\) and the 4 special"):
+        train_tokenizer(["a b c"], vocab_size=259, show_progress=False)
+    assert len(train_tokenizer(["a b c"], vocab_size=260, show_progress=False)) == 260

@@ -518,6 +518,13 @@ def test_every_flag_is_checked_before_the_old_run_or_its_tokenizer_is_touched(co
     assert "is not supported" in train_error([*argv, "--preset", "tiny", "--attn-implementation", "fast"], capsys)
     assert "needs validation data" in train_error([*argv, "--preset", "tiny", "--eval-strategy", "steps"], capsys)
     assert "--max-sentences must be positive" in train_error([*argv, "--preset", "tiny", "--max-sentences", "0"], capsys)
+    # A vocabulary smaller than the byte alphabet and the special tokens, and step counts that mean nothing.
+    assert train_error([*argv, "--preset", "tiny", "--vocab-size", "5"], capsys) == (
+        "vanilla-transformer train: error: --vocab-size 5 is too small: the byte alphabet (256) and the special tokens "
+        "need 260, and merges come on top")
+    for steps in ("-5", "0"):
+        assert f"--max-steps must be a positive number of steps (or -1: --num-train-epochs decides), got {steps}" in (
+            train_error([*argv[:-2], "--preset", "tiny", "--max-steps", steps], capsys))
     assert (out / "tokenizer" / "tokenizer.json").read_text() == "the old run's"
     assert (out / "checkpoint-7").is_dir()
 

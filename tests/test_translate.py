@@ -47,7 +47,7 @@ DECODING_FLAGS = ["--num-beams", "1", "--max-new-tokens", "8"]
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    tokenizer = train_tokenizer(TOKENIZER_TEXT, vocab_size=200, show_progress=False)
+    tokenizer = train_tokenizer(TOKENIZER_TEXT, vocab_size=260, show_progress=False)
     tokenizer.model_max_length = MODEL_MAX_LENGTH
     # Larger random embeddings, and a seed whose random model translates each of LINES differently (checked by
     # `one_by_one`): the output of a random model then depends on its input.

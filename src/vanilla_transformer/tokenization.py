@@ -16,6 +16,8 @@ from .text_files import iter_lines
 # Their order gives the ids of `VanillaTransformerConfig`: pad 0, bos (= decoder start) 1, eos 2.
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
+# The smallest vocabulary: the 256 bytes of the byte-level alphabet and the special tokens, before any merge.
+SMALLEST_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 
 
 def train_tokenizer(
@@ -34,6 +36,11 @@ def train_tokenizer(
     Every encoding, source or `text_target`, ends with `</s>`; `decode(ids, skip_special_tokens=True)` gives back
     the NFC form of the text exactly. `save_pretrained` writes a folder that `AutoTokenizer.from_pretrained` loads.
     """
+    if vocab_size < SMALLEST_VOCAB_SIZE:  # the trainer would quietly give the alphabet and specials anyway
+        raise ValueError(
+            f"vocab_size {vocab_size} is too small: the byte alphabet (256) and the {len(SPECIAL_TOKENS)} special "
+            f"tokens need {SMALLEST_VOCAB_SIZE}, and merges come on top"
+        )
     texts = (text for text in _texts(texts_or_files) if text)
     first_text = next(texts, None)
     if first_text is None:

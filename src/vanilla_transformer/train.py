@@ -39,7 +39,7 @@ from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from . import number_words_report
 from .number_words import number_words_corpus
-from .tokenization import train_tokenizer
+from .tokenization import SMALLEST_VOCAB_SIZE, train_tokenizer
 from .training import (
     PAPER_RECIPE,
     BPEDropoutDataset,
@@ -268,6 +268,12 @@ def remove_run(output_dir: str | os.PathLike) -> None:
 
 def check_arguments(model_args, data_args, recipe_args, training_args, splits) -> None:
     """`UserError`s for values and combinations that would otherwise fail after files are written, or mid-run."""
+    if model_args.vocab_size < SMALLEST_VOCAB_SIZE and not (model_args.model_name_or_path or model_args.tokenizer_name):
+        raise UserError(f"--vocab-size {model_args.vocab_size} is too small: the byte alphabet (256) and the special "
+                        f"tokens need {SMALLEST_VOCAB_SIZE}, and merges come on top")
+    if training_args.max_steps == 0 or training_args.max_steps < -1:
+        raise UserError(f"--max-steps must be a positive number of steps (or -1: --num-train-epochs decides), "
+                        f"got {training_args.max_steps}")
     for name in ("vocab_size", "max_source_length", "max_target_length", "max_eval_samples"):
         value = getattr(model_args if name == "vocab_size" else data_args, name)
         if value is not None and value < 1:
