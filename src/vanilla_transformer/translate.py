@@ -135,7 +135,9 @@ def tokenize_lines(
     texts = [line.strip() for line in lines]
     translations = [""] * len(texts)
     to_translate = [index for index, text in enumerate(texts) if text]
-    input_ids = tokenizer([texts[index] for index in to_translate])["input_ids"] if to_translate else []
+    # verbose=False: transformers' own warning about the same lines would say it twice, and wrongly (sinusoidal
+    # positions have no maximum length).
+    input_ids = tokenizer([texts[index] for index in to_translate], verbose=False)["input_ids"] if to_translate else []
     _warn_long_lines(
         [(first_line + to_translate[k], len(ids)) for k, ids in enumerate(input_ids)],
         warn_length or tokenizer.model_max_length,
