@@ -395,7 +395,7 @@ def test_an_interrupted_translation_leaves_the_old_output(model_dir, tmp_path, m
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "--model", str(model_dir), "--input", str(source), "--output", str(output), *DECODING_FLAGS])
     assert exit_info.value.code == 130
-    assert capsys.readouterr().err.endswith("\nvanilla-transformer translate: interrupted\n")
+    assert capsys.readouterr().err.splitlines()[-1] == "vanilla-transformer translate: interrupted"
     assert output.read_bytes() == b"the old translations\n"
     assert sorted(tmp_path.iterdir()) == [source, output]  # no temporary file left behind
 
@@ -423,3 +423,13 @@ def test_translate_command_memory_does_not_grow_with_the_input(model_dir, tmp_pa
         peaks[count] = translate_peak_rss_mib(model_dir, source, tmp_path / "out.txt", *flags)
         assert len((tmp_path / "out.txt").read_text().split("\n")) == count + 1
     assert peaks[10_000] - peaks[2_500] < 10, peaks
+
+
+def test_commands_show_no_loading_bar_and_leave_transformers_bars_as_they_were(model_dir, tmp_path, capsys):
+    from transformers.utils import logging as transformers_logging
+
+    source = write(tmp_path / "in.txt", b"a cat\n")
+    assert transformers_logging.is_progress_bar_enabled()
+    main(["translate", "--model", str(model_dir), "--input", str(source), *DECODING_FLAGS])
+    assert "Loading weights" not in capsys.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled()

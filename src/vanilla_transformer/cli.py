@@ -10,9 +10,9 @@ exception is a bug and keeps its traceback.
 """
 
 import argparse
+import contextlib
 import functools
 import sys
-from pathlib import Path
 from pathlib import Path
 
 from .extras import MissingExtraError
@@ -399,6 +399,22 @@ COMMANDS = {
 }
 
 
+@contextlib.contextmanager
+def quiet_model_loading(quiet: bool = True):
+    """Without transformers' progress bars (its "Loading weights" bar, drawn for every model loaded, which takes a
+    blink): a command's own bars and its output are what it shows. `train` keeps them (its long steps show progress)."""
+    from transformers.utils import logging as transformers_logging
+
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    if quiet:
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and was_enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
@@ -416,7 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     name = parser.parse_args(argv[:1]).command  # --help prints the list of commands; an unknown one is an error
     command, _ = COMMANDS[name]
     try:
-        command(argv[1:])
+        with quiet_model_loading(name != "train"):
+            command(argv[1:])
     except (UserError, MissingExtraError) as error:  # one line, not a traceback
         print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
         sys.exit(2)
