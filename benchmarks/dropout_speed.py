@@ -1,5 +1,5 @@
-"""Section 5.4's dropout on a CPU: the train command's `dropout16` speed-up (cpu_training.py: 16 random bits per element,
-one 64-bit draw per four elements) against torch's `nn.functional.dropout` (one random float per element), in our
+"""Section 5.4's dropout on a CPU: the train command's `dropout16` speed-up (cpu_training.py: 16 random bits per
+element, one 64-bit draw per four elements) against torch's `nn.functional.dropout` (one random float per element), in our
 model's full training step.
 
 One process, one model, the same batches: rounds alternate between the two kernels (steps run inside

@@ -194,7 +194,9 @@ def main(argv=None):
     if args.default_malloc:
         recipe_args.cpu_speedups = [name for name in recipe_args.cpu_speedups if name != "keep_memory"]
     speedups = cpu_speedups(recipe_args, training_args)  # as the train command does
-    trainer_class, options = (CPUSeq2SeqTrainer, dict(speedups=speedups)) if speedups else (TokenBatchSeq2SeqTrainer, {})
+    trainer_class, options = TokenBatchSeq2SeqTrainer, {}
+    if speedups:
+        trainer_class, options = CPUSeq2SeqTrainer, dict(speedups=speedups)
     training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps,
                                                       recipe_args.lr_scale)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)

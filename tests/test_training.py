@@ -15,7 +15,6 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-import vanilla_transformer.training as training
 from vanilla_transformer.training import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,

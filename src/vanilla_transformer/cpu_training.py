@@ -12,8 +12,8 @@ for `--cpu_speedups`, and docs/speed.md has its measured gain:
 - `chunked_loss`: the label-smoothed cross-entropy read a cache-sized chunk of logits at a time
   (`ChunkedLabelSmoothedCrossEntropy`), from bfloat16 logits as they are.
 - `bf16_logits`: under `--bf16`, the loss gets the bfloat16 logits autocast made, without accelerate's float32 copy
-  of the model's outputs (the copy, and its backward, cost as much as they save nothing: the chunked loss computes in
-  float32 itself). It relies on accelerate's `ConvertOutputsToFp32` wrapper (docs/internals.md).
+  of the model's outputs: the chunked loss computes in float32 itself, so the copy and its backward are pure cost.
+  It relies on accelerate's `ConvertOutputsToFp32` wrapper (docs/internals.md).
 """
 
 import ctypes
@@ -68,10 +68,11 @@ class CPU16BitDropout(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.dropout:
-            x, p = args[0], kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-            training, inplace = kwargs.get("training", True), kwargs.get("inplace", False)
-            if training and 0 < p < 1 and not inplace and x.device.type == "cpu" and not is_torchdynamo_compiling():
+        if func is F.dropout:  # which hands its input positionally and p, training and inplace by name
+            (x,), p = args, kwargs["p"]
+            if kwargs["training"] and 0 < p < 1 and not kwargs["inplace"] and x.device.type == "cpu" and (
+                not is_torchdynamo_compiling()
+            ):
                 return cpu_16bit_dropout(x, p)
         return func(*args, **kwargs)
 

@@ -26,7 +26,6 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallba
 from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
-from .extras import require
 from .metrics import score_translations
 from .tokenization import BPEDropout
 
