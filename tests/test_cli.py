@@ -61,6 +61,33 @@ def test_train_takes_dashes_and_underscores():
         parse_arguments(["--source-file", "train.en", "--target-file", "train.de"])
 
 
+def test_train_help_shows_the_defaults_of_a_run_on_ones_own_data_and_the_demos_beside_them(capsys):
+    from vanilla_transformer.train import DEMO_DEFAULTS
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert "(default: base)" in out  # the preset
+    assert "--d-model D_MODEL Override the preset's d_model. (default: None; demo: 128)" in out
+    assert "(default: 37000; demo: 1000)" in out  # the vocabulary
+    assert "(default: 4000; demo: 300)" in out  # the warm-up
+    assert "(default: -1; demo: 1200)" in out  # the steps: -1, --num-train-epochs decides (3)
+    assert f"demo: {DEMO_DEFAULTS['output_dir']})" in out and f"(default: {DEMO_DEFAULTS['output_dir']}" not in out
+
+
+def test_validation_files_mean_validation_at_every_checkpoint():
+    from vanilla_transformer.train import parse_arguments, validation_schedule
+
+    own = ["--train-file", "pairs.tsv", "--output-dir", "out", "--save-steps", "500"]
+    validation = ["--validation-source-file", "val.en", "--validation-target-file", "val.fr"]
+    training_args = parse_arguments([*own, *validation])[3]
+    assert (training_args.eval_strategy, training_args.eval_steps) == ("steps", 500)
+    assert parse_arguments(own)[3].eval_strategy == "no"  # nothing to validate on
+    assert parse_arguments([*own, *validation, "--eval-strategy", "no"])[3].eval_strategy == "no"  # asked not to
+    assert parse_arguments([*own, *validation, "--eval-strategy", "epoch"])[3].eval_strategy == "epoch"
+    assert validation_schedule(training_args) == "validation: loss, BLEU and chrF every 500 steps"
+
+
 # --- User errors: one line, exit status 2, no traceback --------------------------------------------------------------
 
 
@@ -175,3 +202,46 @@ def test_plot_attention_refuses_an_empty_sentence_before_loading_anything(flag, 
     assert exit_info.value.code == 2
     assert f"{flag} is empty" in capsys.readouterr().err
     assert not (tmp_path / "plot.png").exists()
+
+
+@pytest.fixture
+def model_with_a_larger_tokenizer(tmp_path, tokenizer_dir):
+    """A model of 128 embedding rows saved with a tokenizer of 300 tokens: not made together."""
+    from conftest import make_tiny_config
+    from transformers import AutoTokenizer
+
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    folder = tmp_path / "model"
+    VanillaTransformerForConditionalGeneration(make_tiny_config(vocab_size=128)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "train"])
+def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, model_with_a_larger_tokenizer,
+                                                                     tmp_path, capsys):
+    model = model_with_a_larger_tokenizer
+    extra = {
+        "translate": ["--model", str(model)],
+        "plot-attention": ["--model", str(model), "--source", "a cat", "--out", str(tmp_path / "plot.png")],
+        "export-ct2": ["--model", str(model), "--out", str(tmp_path / "ct2")],
+        "train": ["--model-name-or-path", str(model), "--train-file", str(tmp_path / "pairs.tsv"),
+                  "--output-dir", str(tmp_path / "run")],
+    }[command]
+    (tmp_path / "pairs.tsv").write_text("one\tun\n")
+    err = run_main([command, *extra], capsys)
+    assert err == (f"vanilla-transformer {command}: error: its tokenizer has 300 tokens but the model {model} has 128 "
+                   "embedding rows (vocab_size): they were not made together\n")
+    assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "run"))
+
+
+def test_a_tokenizer_with_other_special_ids_is_named_in_one_line(model_with_a_larger_tokenizer, capsys):
+    import json
+
+    model = model_with_a_larger_tokenizer
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(dict(config, vocab_size=300, eos_token_id=7)))
+    err = run_main(["translate", "--model", str(model)], capsys)
+    assert err.endswith(f"error: its tokenizer has eos_token_id 2 but the model {model} has eos_token_id 7: they were "
+                        "not made together\n")

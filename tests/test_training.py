@@ -255,13 +255,35 @@ def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, 
     # The same run stopped after step 3, its checkpoint holding optimizer, scheduler and RNG states ...
     main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "interrupted", "--max_steps", "3",
                        "--save_steps", "3"))
-    # ... and resumed from it. The section 5.3 schedule does not depend on the total number of steps.
-    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "interrupted", "--max_steps", "6",
-                       "--save_strategy", "no", "--resume_from_checkpoint",
-                       str(tmp_path / "interrupted" / "checkpoint-3")))
+    # ... and resumed from it, with no flag but the longer run: the model, tokenizer, data and recipe come from the
+    # checkpoint and its run. The section 5.3 schedule does not depend on the total number of steps.
+    main(["train", "--resume_from_checkpoint", str(tmp_path / "interrupted" / "checkpoint-3"), "--max_steps", "6",
+          "--save_strategy", "no", "--disable_tqdm", "true"])
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "interrupted")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_a_resumed_run_refuses_flags_that_contradict_the_run_and_its_checkpoint(corpus, tokenizer_dir, tmp_path,
+                                                                              capsys):
+    from vanilla_transformer.cli import main
+
+    run = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "1", "--save_steps", "1"))
+    checkpoint = str(run / "checkpoint-1")
+    err = train_error(["train", "--resume-from-checkpoint", checkpoint, "--warmup-steps", "8"], capsys)
+    assert err == (f"vanilla-transformer train: error: --warmup-steps 8 contradicts the run --resume-from-checkpoint "
+                   f"continues, trained with --warmup-steps 4 ({run / 'run_arguments.json'}); leave the flag out to "
+                   "continue the run as it was")
+    assert "--preset base contradicts" in train_error(["train", "--resume-from-checkpoint", checkpoint, "--preset",
+                                                       "base"], capsys)
+    # A run that recorded no arguments (an older release's): the checkpoint's config.json still decides the model.
+    (run / "run_arguments.json").unlink()
+    err = train_error(train_command(tmp_path, corpus, tokenizer_dir, run, "--d-model", "64",
+                                    "--resume-from-checkpoint", checkpoint), capsys)
+    assert err == (f"vanilla-transformer train: error: --d-model 64 contradicts the checkpoint's model: "
+                   f"{run / 'checkpoint-1' / 'config.json'} has d_model 32; leave the flag out to resume the run")
+    assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-1"]
 
 
 def test_time_budget_stops_with_a_checkpoint_and_the_same_weights_as_a_run_planned_that_short(

@@ -22,6 +22,7 @@ from .user_errors import (
     check_model,
     check_output_file,
     check_output_folder,
+    check_tokenizer_fits,
     user_errors,
 )
 
@@ -188,6 +189,8 @@ def _translator(args: argparse.Namespace):
         raise UserError(f"--compile compiles PyTorch's decoding; --backend {args.backend} has its own")
     # An export-ct2 folder holds model.bin, not transformers weights: the ct2 backend says what a folder lacks.
     check_model(args.model, config=torch_backend, weights=torch_backend, hub=torch_backend)
+    if torch_backend:
+        check_tokenizer_fits(args.model)
     if torch_backend and args.device and torch.device(args.device).type == "cuda":
         index, available = torch.device(args.device).index or 0, torch.cuda.device_count()
         if index >= available:
@@ -345,6 +348,7 @@ def plot_attention_command(argv: list[str]) -> None:
     if args.translation is not None and not args.translation.strip():
         raise UserError("--translation is empty: give a translation, or leave it out for the model's own")
     check_model(args.model)
+    check_tokenizer_fits(args.model)
     check_output_file(args.out)
     with user_errors(OSError, ValueError, path=args.model):
         tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -380,6 +384,7 @@ def export_ct2_command(argv: list[str]) -> None:
     parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
     args = parser.parse_args(argv)
     check_model(args.model, hub=False)
+    check_tokenizer_fits(args.model)
     check_output_folder(args.out)
     with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
         export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)

@@ -5,6 +5,7 @@ With no data arguments it trains on the English -> French number-words corpus th
 (`--bf16`, `--gradient_accumulation_steps`, `--report_to`, ...), and so do `accelerate launch` and `torchrun`.
 """
 
+import argparse
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ from transformers import (
     set_seed,
 )
 
-from .user_errors import UserError, check_model, describe, user_errors
+from .user_errors import UserError, check_model, check_tokenizer_fits, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
@@ -196,38 +197,164 @@ DATA_FLAGS = ("--source_file", "--train_file", "--dataset_name")
 
 def parse_arguments(argv: list[str] | None = None):
     """The four argument dataclasses and whether this is the demo (no data given). Every flag is spelled with dashes
-    (`--max-tokens`) or, as transformers' scripts spell them, with underscores (`--max_tokens`)."""
+    (`--max-tokens`) or, as transformers' scripts spell them, with underscores (`--max_tokens`). A resumed run takes
+    its model, data and recipe from the run it continues (`resumed_run`); validation files given mean validation."""
     argv = sys.argv[1:] if argv is None else argv
     parser = HfArgumentParser(
         (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments),
         prog="vanilla-transformer train",
         usage="%(prog)s [--help] [options]",  # not the hundreds of flags --help lists
-        description=__doc__.split("\n\n")[0],
+        description=f"{__doc__.split(chr(10) * 2)[0]} With no data flags it trains the number-words demo, whose own "
+        "settings --help shows beside the defaults (demo: VALUE).",
     )
     parser.set_defaults(**PAPER_DEFAULTS)
     # The flags given, spelled with underscores.
     flags = {argument.split("=")[0].replace("-", "_").replace("__", "--", 1) for argument in argv}
-    is_demo = not flags & set(DATA_FLAGS)
-    if is_demo:
+    wants_help = bool({"-h", "--help"} & set(argv))
+    if wants_help:  # the defaults of a run on one's own data, the demo's beside them
+        show_demo_values(parser)
+    checkpoint = resume_checkpoint(argv)
+    recorded = recorded_arguments(checkpoint) if checkpoint else {}
+    is_demo = recorded.pop("demo", not flags & set(DATA_FLAGS))
+    if wants_help:
+        pass
+    elif is_demo:
         parser.set_defaults(**DEMO_DEFAULTS)
         if not torch.cuda.is_available():
             parser.set_defaults(use_cpu=True)  # the Trainer's bf16 on a CPU
-    elif "--output_dir" not in flags:
+    elif "--output_dir" not in flags and not checkpoint:
         parser.error("--output-dir is required when training on your own data.")
+    if checkpoint:  # the checkpoint's config.json is the model: a size flag is only what is given
+        parser.set_defaults(**{**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent), **recorded})
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
+    arguments = parse_into_dataclasses(parser, argv)
+    if checkpoint and recorded:
+        check_resumed_flags(arguments, recorded, flags, checkpoint)
+    data_args, training_args = arguments[1], arguments[3]
+    validation_given = data_args.validation_source_file or data_args.validation_file
+    if validation_given and "--eval_strategy" not in flags and training_args.eval_strategy == "no":
+        # Validation files mean validation: at every checkpoint (--eval-strategy no turns it off).
+        parser.set_defaults(eval_strategy="steps", eval_steps=training_args.save_steps)
+        arguments = parse_into_dataclasses(parser, argv)
+    return (*arguments, is_demo)
+
+
+def parse_into_dataclasses(parser: HfArgumentParser, argv: list[str]):
     try:
-        model_args, data_args, recipe_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        return parser.parse_args_into_dataclasses(args=argv)
     except ValueError as error:  # the Trainer's arguments check their values and combinations
         parser.error(describe(error))
-    return model_args, data_args, recipe_args, training_args, is_demo
+
+
+def show_demo_values(parser: HfArgumentParser) -> None:
+    """--help: each flag whose value the demo sets says so after its own default, `(default: VALUE; demo: VALUE)`."""
+    for action in parser._actions:
+        if action.dest in DEMO_DEFAULTS and action.help is not argparse.SUPPRESS:
+            action.help = f"{action.help or ''} (default: %(default)s; demo: {DEMO_DEFAULTS[action.dest]})".strip()
+
+
+# --- Resuming: the run's own model, tokenizer and recipe -------------------------------------------------------------
+
+# What `train` records of a run in its output folder, so that --resume-from-checkpoint alone continues it.
+RUN_ARGUMENTS = "run_arguments.json"
+# What a resumed run takes from the run it continues, and may not change: the checkpoint's weights, optimizer state
+# and schedule were made with these (a flag with another value is refused).
+FIXED_ON_RESUME = (
+    "model_name_or_path", "preset", "d_model", "layers", "heads", "ffn_dim", "dropout", "attention_dropout",
+    "activation_dropout", "tokenizer_name", "vocab_size", "source_lang", "target_lang", "source_file", "target_file",
+    "train_file", "dataset_name", "dataset_config_name", "max_source_length", "max_target_length", "max_tokens",
+    "max_sentences", "bpe_dropout", "bpe_dropout_target", "demo_train_size", "demo_max_digits", "lr_scale",
+    "learning_rate", "warmup_steps", "lr_scheduler_type", "optim", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "weight_decay", "label_smoothing_factor", "max_grad_norm", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "seed", "bf16", "fp16",
+)
+# What it also takes from the run unless a flag says otherwise: to train longer, validate, save or log differently.
+KEPT_ON_RESUME = (
+    "max_steps", "num_train_epochs", "max_train_minutes", "save_steps", "logging_steps", "eval_strategy",
+    "eval_steps", "predict_with_generate", "generation_num_beams", "per_device_eval_batch_size", "average_last",
+    "validation_source_file", "validation_target_file", "validation_file", "test_source_file", "test_target_file",
+    "test_file", "max_eval_samples", "attn_implementation", "cpu_speedups", "report_to", "use_cpu",
+)
+PATH_ARGUMENTS = ("model_name_or_path", "tokenizer_name", *(name for name in FIXED_ON_RESUME + KEPT_ON_RESUME
+                                                           if name.endswith("_file")))
+
+
+def resume_checkpoint(argv: list[str]) -> str | None:
+    """The --resume-from-checkpoint folder given, read before the other flags, whose defaults it decides."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint")
+    return parser.parse_known_args(argv)[0].resume_from_checkpoint
+
+
+def recorded_arguments(checkpoint: str) -> dict:
+    """The arguments the run holding `checkpoint` recorded (`RUN_ARGUMENTS`, with `demo`), or {} for a run that
+    recorded none (then the checkpoint's config.json still decides the model)."""
+    path = Path(checkpoint).parent / RUN_ARGUMENTS
+    if not path.is_file():
+        return {}
+    with user_errors(ValueError, OSError, path=path):
+        return json.loads(path.read_text(encoding="utf-8"))
+
+
+def record_arguments(model_args, data_args, recipe_args, training_args, is_demo: bool) -> None:
+    """Write `RUN_ARGUMENTS` in the output folder: what a resumed run takes from this one. Paths are absolute, so that
+    the run resumes from any folder."""
+    values = {}
+    for name in FIXED_ON_RESUME + KEPT_ON_RESUME:
+        args = next(a for a in (model_args, data_args, recipe_args, training_args) if hasattr(a, name))
+        value = getattr(args, name)
+        if name in PATH_ARGUMENTS and value and Path(value).exists():
+            value = str(Path(value).resolve())
+        values[name] = getattr(value, "value", value)  # the Trainer's enums as their names
+    path = Path(training_args.output_dir) / RUN_ARGUMENTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(values, demo=is_demo), indent=2) + "\n", encoding="utf-8")
+
+
+def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str) -> None:
+    """A `UserError` for a flag that gives a `FIXED_ON_RESUME` argument another value than the run it resumes."""
+    for name in FIXED_ON_RESUME:
+        if f"--{name}" not in flags or name not in recorded:
+            continue
+        args = next(a for a in arguments if hasattr(a, name))
+        given, before = getattr(args, name), recorded[name]
+        given = getattr(given, "value", given)
+        if name in PATH_ARGUMENTS and given and before and Path(given).exists():
+            same = Path(given).resolve() == Path(before).resolve()
+        else:
+            same = given == before
+        if not same:
+            flag = f"--{name.replace('_', '-')}"
+            given, before = (f"{value:g}" if isinstance(value, float) else value for value in (given, before))
+            raise UserError(
+                f"{flag} {given} contradicts the run --resume-from-checkpoint continues, trained with {flag} {before} "
+                f"({Path(checkpoint).parent / RUN_ARGUMENTS}); leave the flag out to continue the run as it was"
+            )
+
+
+# The size flags and the config key each one sets.
+MODEL_SIZE_FLAGS = dict(d_model="d_model", layers="encoder_layers", heads="encoder_attention_heads",
+                        ffn_dim="encoder_ffn_dim", dropout="dropout", attention_dropout="attention_dropout",
+                        activation_dropout="activation_dropout")
+
+
+def check_resumed_model(model_args: ModelArguments, checkpoint: str) -> None:
+    """A `UserError` for a size flag that contradicts the checkpoint's own config.json, the model it continues."""
+    config = VanillaTransformerConfig.get_config_dict(checkpoint)[0]
+    for name, key in MODEL_SIZE_FLAGS.items():
+        given = getattr(model_args, name)
+        if given is not None and key in config and given != config[key]:
+            raise UserError(f"--{name.replace('_', '-')} {given} contradicts the checkpoint's model: "
+                            f"{Path(checkpoint) / 'config.json'} has {key} {config[key]}; leave the flag out to "
+                            "resume the run")
 
 
 # What shows that a folder holds a run (and what --overwrite-output-dir deletes): checkpoints, the trained weights,
 # the Trainer's state and arguments, the results and the TensorBoard logs.
 CHECKPOINT = re.compile(r"checkpoint-\d+")
 RUN_MARKERS = ("model.safetensors", "model.safetensors.index.json", "trainer_state.json")
-RUN_FILES = (*RUN_MARKERS, "model-*-of-*.safetensors", "training_args.bin", "*_results.json", "runs")
+RUN_FILES = (*RUN_MARKERS, "model-*-of-*.safetensors", "training_args.bin", "*_results.json", "runs", RUN_ARGUMENTS)
 
 
 def check_output_dir(recipe_args: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
@@ -241,8 +368,9 @@ def check_output_dir(recipe_args: RecipeArguments, training_args: Seq2SeqTrainin
             raise UserError("--overwrite-output-dir would delete the run --resume-from-checkpoint continues; give one")
         if not Path(checkpoint).is_dir():
             raise UserError(f"--resume-from-checkpoint {checkpoint}: no such folder")
-        if not (Path(checkpoint) / "trainer_state.json").is_file():
-            raise UserError(f"--resume-from-checkpoint {checkpoint} has no trainer_state.json: it is not a checkpoint")
+        for name in ("trainer_state.json", "config.json"):
+            if not (Path(checkpoint) / name).is_file():
+                raise UserError(f"--resume-from-checkpoint {checkpoint} has no {name}: it is not a checkpoint")
         return
     run = sorted(
         path.name for path in output_dir.glob("*") if CHECKPOINT.fullmatch(path.name) or path.name in RUN_MARKERS
@@ -328,6 +456,9 @@ def load_data(data_args: DataArguments, is_demo: bool, seed: int):
 
 
 def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training_args):
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint and (Path(checkpoint) / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(checkpoint)  # the Trainer saves the tokenizer with each checkpoint
     source = model_args.model_name_or_path or model_args.tokenizer_name
     if source:
         return AutoTokenizer.from_pretrained(source)
@@ -343,10 +474,11 @@ def build_tokenizer(model_args: ModelArguments, train_pairs, data_args, training
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
-def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
-    if model_args.model_name_or_path:
+def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer, checkpoint: str | None = None):
+    """The model to train: the one `checkpoint` holds (resuming), the one to fine-tune, or a new one."""
+    if checkpoint or model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(
-            model_args.model_name_or_path, attn_implementation=model_args.attn_implementation
+            checkpoint or model_args.model_name_or_path, attn_implementation=model_args.attn_implementation
         )
     # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
     return VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))
@@ -414,11 +546,16 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     set_seed(training_args.seed)
     splits, callbacks = check_and_load(model_args, data_args, recipe_args, training_args, is_demo)
+    if "validation" in splits:
+        logger.info(validation_schedule(training_args))
     if recipe_args.overwrite_output_dir:
         remove_old_run(training_args)
 
+    if training_args.process_index == 0:
+        record_arguments(model_args, data_args, recipe_args, training_args, is_demo)
+
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
-    model = build_model(model_args, data_args, tokenizer)
+    model = build_model(model_args, data_args, tokenizer, training_args.resume_from_checkpoint)
     speedups = cpu_speedups(recipe_args, training_args)
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(
@@ -448,12 +585,16 @@ def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: b
     """Every flag, folder and data file, checked before anything is written; the data is loaded to be checked. Returns
     the splits and the Trainer's callbacks."""
     check_output_dir(recipe_args, training_args)
-    if model_args.model_name_or_path:
+    if training_args.resume_from_checkpoint:
+        check_resumed_model(model_args, training_args.resume_from_checkpoint)
+    elif model_args.model_name_or_path:
         check_model(model_args.model_name_or_path)
     else:
         check_new_model(model_args, data_args)
     if model_args.tokenizer_name:
         check_model(model_args.tokenizer_name, config=False, weights=False)
+    if model_args.model_name_or_path:
+        check_tokenizer_fits(model_args.model_name_or_path, model_args.tokenizer_name)
     with user_errors(ValueError, OSError, EOFError):  # the data loaders name the file and line of a bad one
         splits = load_data(data_args, is_demo, training_args.seed)
     check_arguments(model_args, data_args, recipe_args, training_args, splits)
@@ -465,6 +606,14 @@ def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: b
     if "test" in splits and training_args.predict_with_generate:
         require("jinja2", extra="train")
     return splits, callbacks
+
+
+def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
+    """When the run validates and what it reports, in words (for the log)."""
+    when = dict(steps=f"every {training_args.eval_steps:g} steps", epoch="at the end of every epoch",
+                no="never (--eval-strategy no)")[training_args.eval_strategy.value]
+    what = "loss, BLEU and chrF" if training_args.predict_with_generate else "loss"
+    return f"validation: {what} {when}"
 
 
 def remove_old_run(training_args: Seq2SeqTrainingArguments) -> None:

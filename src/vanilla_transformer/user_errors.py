@@ -101,3 +101,41 @@ def check_output_folder(path: str) -> None:
     """`path` can become a folder: it is one already, or nothing is there."""
     if Path(path).exists() and not Path(path).is_dir():
         raise UserError(f"{path} is a file, not a folder")
+
+
+# The special tokens a tokenizer and its model must agree on: the tokenizer's attribute and the config's keys.
+SPECIAL_TOKENS = (
+    ("pad_token_id", ("pad_token_id",)),
+    ("eos_token_id", ("eos_token_id",)),
+    ("bos_token_id", ("bos_token_id", "decoder_start_token_id")),
+)
+
+
+def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
+    """A `UserError` unless the tokenizer (in `tokenizer`, else in `model`) fits the model saved in `model`: each of
+    its ids has a row of the embedding (section 3.4: one matrix of `vocab_size` rows), and its padding, end and start
+    ids are the model's. A model and a tokenizer that were not trained together would otherwise fail deep in torch, or
+    translate into nonsense. Local folders only: a Hub model is checked by the library that fetches it."""
+    if not (Path(model) / "config.json").is_file() or tokenizer is not None and not Path(tokenizer).is_dir():
+        return
+    from transformers import AutoTokenizer, PretrainedConfig
+
+    tokenizer = tokenizer or model
+    with user_errors(OSError, ValueError):
+        config = PretrainedConfig.get_config_dict(model)[0]
+        loaded = AutoTokenizer.from_pretrained(tokenizer)
+    where = "its tokenizer" if tokenizer == model else f"the tokenizer {tokenizer}"
+    vocab_size = config.get("vocab_size")
+    if vocab_size is not None and len(loaded) > vocab_size:
+        raise UserError(
+            f"{where} has {len(loaded):,} tokens but the model {model} has {vocab_size:,} embedding rows (vocab_size): "
+            "they were not made together"
+        )
+    for attribute, keys in SPECIAL_TOKENS:
+        token_id = getattr(loaded, attribute)
+        for key in keys:
+            if token_id is not None and config.get(key) is not None and config[key] != token_id:
+                raise UserError(
+                    f"{where} has {attribute} {token_id} but the model {model} has {key} {config[key]}: they were "
+                    "not made together"
+                )
