@@ -225,7 +225,8 @@ def parse_arguments(argv: list[str] | None = None):
     elif "--output_dir" not in flags and not checkpoint:
         parser.error("--output-dir is required when training on your own data.")
     if checkpoint:  # the checkpoint's config.json is the model: a size flag is only what is given
-        parser.set_defaults(**{**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent), **recorded})
+        resumed = {**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent), **recorded}
+        parser.set_defaults(**resumed)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
     arguments = parse_into_dataclasses(parser, argv)
