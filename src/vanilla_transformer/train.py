@@ -611,8 +611,9 @@ def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: b
 
 def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
     """When the run validates and what it reports, in words (for the log)."""
-    when = dict(steps=f"every {training_args.eval_steps:g} steps", epoch="at the end of every epoch",
-                no="never (--eval-strategy no)")[training_args.eval_strategy.value]
+    strategy = training_args.eval_strategy.value
+    when = dict(epoch="at the end of every epoch", no="never (--eval-strategy no)").get(strategy)
+    when = when or f"every {training_args.eval_steps:g} steps"
     what = "loss, BLEU and chrF" if training_args.predict_with_generate else "loss"
     return f"validation: {what} {when}"
 
