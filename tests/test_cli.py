@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from vanilla_transformer.cli import COMMANDS, main
+from vanilla_transformer.user_errors import UserError
 
 
 def test_help_lists_every_command_with_its_summary(capsys):
@@ -57,7 +58,7 @@ def test_train_takes_dashes_and_underscores():
         _, data_args, _, training_args, is_demo = parse_arguments(argv)
         assert not is_demo and training_args.output_dir == "out"
         assert (data_args.train_file, data_args.max_tokens, training_args.max_steps) == ("pairs.tsv", 512, 3)
-    with pytest.raises(SystemExit):  # own data, spelled with dashes, still needs an output folder
+    with pytest.raises(UserError, match="--output-dir is required"):  # own data still needs an output folder
         parse_arguments(["--source-file", "train.en", "--target-file", "train.de"])
 
 
@@ -139,6 +140,23 @@ def test_a_missing_model_folder_is_named_in_one_line(command, tmp_path, capsys, 
     missing = "/path/that/does/not/exist"
     err = run_main([command, "--model", missing, *extra], capsys)
     assert err == f"vanilla-transformer {command}: error: no such folder: {missing}\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["translte"], "argument COMMAND: invalid choice: 'translte'"),
+        (["translate", "--model", "m", "--batch-size", "0"], "argument --batch-size: expected a positive integer, got 0"),
+        (["evaluate", "--model", "m"], "the following arguments are required: --src, --ref"),
+        (["average", "--run", "r", "--out", "o", "--lst", "3"], "unrecognized arguments: --lst 3"),
+        (["train", "--max-steps", "many"], "argument --max_steps/--max-steps: invalid int value: 'many'"),
+        (["train", "--train-file", "pairs.tsv"], "--output-dir is required when training on your own data."),
+    ],
+)
+def test_a_bad_flag_is_one_line_without_the_usage(argv, message, capsys):
+    err = run_main(argv, capsys)
+    command = f" {argv[0]}" if argv[0] != "translte" else ""
+    assert err.startswith(f"vanilla-transformer{command}: error: {message}") and err.count("\n") == 1
 
 
 def test_a_relative_path_that_does_not_exist_is_not_sent_to_the_hub(tmp_path, capsys, monkeypatch, no_hub):

@@ -15,6 +15,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.user_errors import UserError
 from vanilla_transformer.training import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
@@ -422,7 +423,7 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
         "inverse_sqrt", 0.98, 1e-9, 0.1)
     _, _, _, args, is_demo = parse_arguments(["--train_file", "pairs.tsv", "--output_dir", "out", "--bf16", "false"])
     assert not is_demo and args.warmup_steps == 4000 and args.max_steps == -1
-    with pytest.raises(SystemExit):  # own data needs an explicit output folder
+    with pytest.raises(UserError, match="--output-dir is required"):  # own data needs an output folder
         parse_arguments(["--train_file", "pairs.tsv"])
 
 
@@ -546,8 +547,40 @@ def test_every_flag_is_checked_before_the_old_run_or_its_tokenizer_is_touched(co
     for steps in ("-5", "0"):
         assert f"--max-steps must be a positive number of steps (or -1: --num-train-epochs decides), got {steps}" in (
             train_error([*argv[:-2], "--preset", "tiny", "--max-steps", steps], capsys))
+    # Checkpoints to average that the run will not save.
+    assert train_error([*argv, "--preset", "tiny", "--average-last", "3", "--save-steps", "1"], capsys) == (
+        "vanilla-transformer train: error: --average-last 3 needs as many checkpoints, but --max-steps 1 with "
+        "--save-steps 1 saves 1")
     assert (out / "tokenizer" / "tokenizer.json").read_text() == "the old run's"
     assert (out / "checkpoint-7").is_dir()
+
+
+def test_flags_are_checked_before_the_data_is_loaded(tmp_path, capsys, monkeypatch):
+    import vanilla_transformer.train as train
+
+    def load_data(*args, **kwargs):
+        pytest.fail("the data was loaded before the flags were checked")
+
+    monkeypatch.setattr(train, "load_data", load_data)
+    err = train_error(["train", "--max-tokens", "-3", "--output-dir", str(tmp_path / "out")], capsys)
+    assert err.endswith("--max-tokens must be positive (or 0: batches of sentences), got -3")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_demos_corpus_sizes_are_named_by_their_flags(tmp_path, capsys):
+    err = train_error(["train", "--demo-train-size", "2000", "--output-dir", str(tmp_path / "out")], capsys)
+    assert err == ("vanilla-transformer train: error: --demo-train-size 2000 with --demo-max-digits 6: 2,000 training "
+                   "pairs are fewer than the 11,200 pairs of numbers below 1,000")
+
+
+def test_resuming_from_a_run_folder_instead_of_a_checkpoint_names_its_last_checkpoint(tmp_path, capsys):
+    run = old_run(tmp_path / "run")
+    for name in ("trainer_state.json", "config.json"):  # a trained run's folder holds them too
+        (run / name).write_text("{}")
+    err = train_error(["train", "--resume-from-checkpoint", str(run)], capsys)
+    assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run} is not a checkpoint-<step> "
+                   f"folder: give one of its checkpoints, e.g. {run / 'checkpoint-7'} (the last)")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]  # nothing written beside it
 
 
 def test_a_bad_data_line_is_one_line_without_a_traceback(corpus, tokenizer_dir, tmp_path, capsys):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .extras import MissingExtraError
 from .user_errors import (
+    CommandParser,
     UserError,
     check_input_file,
     check_model,
@@ -30,7 +31,7 @@ from .user_errors import (
 def average_command(argv: list[str]) -> None:
     from .averaging import average_checkpoints, find_checkpoints
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer average",
         description="Average the weights of the last N checkpoints of a run (section 6.1: 5 for base, 20 for big).",
     )
@@ -74,7 +75,7 @@ def _check_card_arguments(args: argparse.Namespace, results: str | None, weights
 def model_card_command(argv: list[str]) -> None:
     from .hub import write_model_card
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer model-card",
         description="Generate the Hub model card (README.md) of a saved model from its config and results.",
     )
@@ -97,7 +98,7 @@ def model_card_command(argv: list[str]) -> None:
 def push_command(argv: list[str]) -> None:
     from .hub import push_to_hub
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer push",
         description="Upload a saved model, its tokenizer, code and a generated model card to the Hub in one commit.",
     )
@@ -225,7 +226,7 @@ def translate_command(argv: list[str]) -> None:
     from .text_files import InvalidUTF8Error, iter_lines, output_file
     from .translate import translate_in_chunks
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer translate",
         description="Translate a file or standard input line by line: one translation per input line, in order; "
         "empty lines stay empty.",
@@ -256,7 +257,7 @@ def evaluate_command(argv: list[str]) -> None:
     from .metrics import LC_MOSES_BLEU_NAME, score_translations
     from .text_files import output_file
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer evaluate",
         description="Translate a source file and score it against its references with sacreBLEU: BLEU and chrF, "
         "each with its signature, and BLEU on lowercased, Moses-tokenized text (with the train extra) as Multi30k "
@@ -321,7 +322,7 @@ def plot_attention_command(argv: list[str]) -> None:
 
     from .attention_plots import KINDS, attention_weights, plot_attention
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer plot-attention",
         description="Draw the attention weights of one sentence as heatmaps, as in the paper's figures 3-5: one head, "
         "or all heads of a layer in a grid.",
@@ -362,7 +363,7 @@ def plot_attention_command(argv: list[str]) -> None:
 def export_ct2_command(argv: list[str]) -> None:
     from .ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer export-ct2",
         description="Convert a saved model to CTranslate2 for fast CPU and GPU inference (`translate --backend ct2`); "
         "the folder also holds the tokenizer and generation config.",
@@ -422,7 +423,7 @@ def quiet_model_loading(quiet: bool = True):
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vanilla-transformer",
         description='The Transformer of "Attention Is All You Need" as a Hugging Face model: train, translate, '
         "evaluate and share it.",
@@ -434,7 +435,11 @@ def main(argv: list[str] | None = None) -> None:
     if not argv:
         parser.print_help()
         sys.exit(2)
-    name = parser.parse_args(argv[:1]).command  # --help prints the list of commands; an unknown one is an error
+    try:  # --help prints the list of commands; an unknown one is an error
+        name = parser.parse_args(argv[:1]).command
+    except UserError as error:
+        print(f"vanilla-transformer: error: {error}", file=sys.stderr)
+        sys.exit(2)
     command, _ = COMMANDS[name]
     try:
         with quiet_model_loading(name != "train"):

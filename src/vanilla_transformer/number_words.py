@@ -95,7 +95,8 @@ def number_words_corpus(
     small_train = [n for n in seen for _ in range(repeats[n])]
     large_train_size = train_size - len(small_train)
     if large_train_size < 0:
-        raise ValueError(f"train_size {train_size} is below the {len(small_train):,} pairs of numbers below 1,000.")
+        raise ValueError(f"{train_size:,} training pairs are fewer than the {len(small_train):,} pairs of numbers "
+                         "below 1,000")
     if large_train_size + validation_size + test_size > 0.9 * (10**max_digits - 1000):
         raise ValueError(f"Asked for more numbers of 1,000 and more than {max_digits} digits hold without repeats.")
     large_test = sorted(sample_numbers(test_size, rng, 4, max_digits, exclude=set()))

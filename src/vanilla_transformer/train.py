@@ -8,6 +8,7 @@ With no data arguments it trains on the English -> French number-words corpus th
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ from transformers import (
     set_seed,
 )
 
-from .user_errors import UserError, check_model, check_tokenizer_fits, describe, user_errors
+from .user_errors import CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
@@ -195,12 +196,16 @@ DEMO_DEFAULTS = dict(
 DATA_FLAGS = ("--source_file", "--train_file", "--dataset_name")
 
 
+class TrainArgumentParser(OneLineErrors, HfArgumentParser):
+    """transformers' parser of dataclass flags, whose errors are one line like every command's."""
+
+
 def parse_arguments(argv: list[str] | None = None):
     """The four argument dataclasses and whether this is the demo (no data given). Every flag is spelled with dashes
     (`--max-tokens`) or, as transformers' scripts spell them, with underscores (`--max_tokens`). A resumed run takes
     its model, data and recipe from the run it continues (`resumed_run`); validation files given mean validation."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = HfArgumentParser(
+    parser = TrainArgumentParser(
         (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments),
         prog="vanilla-transformer train",
         usage="%(prog)s [--help] [options]",  # not the hundreds of flags --help lists
@@ -283,7 +288,7 @@ PATH_ARGUMENTS = ("model_name_or_path", "tokenizer_name", *(name for name in FIX
 
 def resume_checkpoint(argv: list[str]) -> str | None:
     """The --resume-from-checkpoint folder given, read before the other flags, whose defaults it decides."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = CommandParser(add_help=False)
     parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint")
     return parser.parse_known_args(argv)[0].resume_from_checkpoint
 
@@ -369,6 +374,10 @@ def check_output_dir(recipe_args: RecipeArguments, training_args: Seq2SeqTrainin
             raise UserError("--overwrite-output-dir would delete the run --resume-from-checkpoint continues; give one")
         if not Path(checkpoint).is_dir():
             raise UserError(f"--resume-from-checkpoint {checkpoint}: no such folder")
+        if not CHECKPOINT.fullmatch(Path(checkpoint).resolve().name):
+            found = sorted(Path(checkpoint).glob("checkpoint-*"), key=lambda path: path.stat().st_mtime)
+            hint = f": give one of its checkpoints, e.g. {found[-1]} (the last)" if found else ""
+            raise UserError(f"--resume-from-checkpoint {checkpoint} is not a checkpoint-<step> folder{hint}")
         for name in ("trainer_state.json", "config.json"):
             if not (Path(checkpoint) / name).is_file():
                 raise UserError(f"--resume-from-checkpoint {checkpoint} has no {name}: it is not a checkpoint")
@@ -395,8 +404,9 @@ def remove_run(output_dir: str | os.PathLike) -> None:
             path.unlink()
 
 
-def check_arguments(model_args, data_args, recipe_args, training_args, splits) -> None:
-    """`UserError`s for values and combinations that would otherwise fail after files are written, or mid-run."""
+def check_arguments(model_args, data_args, recipe_args, training_args, is_demo: bool) -> None:
+    """`UserError`s for values and combinations that would otherwise fail after files are written, or mid-run; checked
+    before the data is loaded, which may take minutes."""
     if model_args.vocab_size < SMALLEST_VOCAB_SIZE and not (model_args.model_name_or_path or model_args.tokenizer_name):
         raise UserError(f"--vocab-size {model_args.vocab_size} is too small: the byte alphabet (256) and the special "
                         f"tokens need {SMALLEST_VOCAB_SIZE}, and merges come on top")
@@ -415,25 +425,46 @@ def check_arguments(model_args, data_args, recipe_args, training_args, splits) -
         raise UserError(f"--max-sentences must be positive and goes with --max-tokens, got {data_args.max_sentences}")
     if data_args.bpe_dropout and not data_args.max_tokens:
         raise UserError("--bpe-dropout needs token batches (--max-tokens > 0): lengths change every epoch")
+    check_checkpoints_to_average(recipe_args, training_args)
     if recipe_args.lr_scale <= 0:
         raise UserError(f"--lr-scale must be positive, got {recipe_args.lr_scale}")
     if unknown := [name for name in recipe_args.cpu_speedups if name not in (*CPU_SPEEDUPS, "none")]:
         raise UserError(f"--cpu-speedups: unknown {unknown[0]!r}; choose from {', '.join(CPU_SPEEDUPS)}, or none")
-    if training_args.eval_strategy != "no" and "validation" not in splits:
+    has_validation = is_demo or data_args.validation_source_file or data_args.validation_file
+    if training_args.eval_strategy != "no" and not has_validation:
         raise UserError(
             f"--eval-strategy {training_args.eval_strategy.value} needs validation data: --validation-source-file and "
             "--validation-target-file, or --validation-file"
         )
 
 
+def check_checkpoints_to_average(recipe_args: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """A `UserError` when --average-last asks for more checkpoints than a run of --max-steps steps saves."""
+    if recipe_args.average_last < 0:
+        raise UserError(f"--average-last must be 0 (no averaging) or a number of checkpoints, got "
+                        f"{recipe_args.average_last}")
+    if not recipe_args.average_last or training_args.max_steps < 1:
+        return
+    if training_args.save_strategy != "steps":
+        raise UserError(f"--average-last {recipe_args.average_last} averages checkpoints: it needs --save-strategy "
+                        f"steps, not {training_args.save_strategy.value}")
+    every = training_args.save_steps  # below 1: a share of the run, as the Trainer reads it
+    saved = int(training_args.max_steps // (every if every >= 1 else math.ceil(training_args.max_steps * every)))
+    if recipe_args.average_last > saved:
+        raise UserError(f"--average-last {recipe_args.average_last} needs as many checkpoints, but --max-steps "
+                        f"{training_args.max_steps} with --save-steps {training_args.save_steps:g} saves {saved}")
+
+
 def load_data(data_args: DataArguments, is_demo: bool, seed: int):
     """The `train` split and optional `validation` / `test` splits, as `translation` pair datasets."""
     if is_demo:
-        return dict(
-            number_words_corpus(
+        try:
+            return dict(number_words_corpus(
                 data_args.target_lang, data_args.demo_train_size, max_digits=data_args.demo_max_digits, seed=seed
-            )
-        )
+            ))
+        except ValueError as error:  # the corpus names its own arguments: the flags here
+            raise UserError(f"--demo-train-size {data_args.demo_train_size} with --demo-max-digits "
+                            f"{data_args.demo_max_digits}: {error}") from error
     languages = dict(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
     splits = {
         "train": load_parallel_corpus(
@@ -596,9 +627,9 @@ def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: b
         check_model(model_args.tokenizer_name, config=False, weights=False)
     if model_args.model_name_or_path:
         check_tokenizer_fits(model_args.model_name_or_path, model_args.tokenizer_name)
+    check_arguments(model_args, data_args, recipe_args, training_args, is_demo)
     with user_errors(ValueError, OSError, EOFError):  # the data loaders name the file and line of a bad one
         splits = load_data(data_args, is_demo, training_args.seed)
-    check_arguments(model_args, data_args, recipe_args, training_args, splits)
     with user_errors(ValueError):
         callbacks = [TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else None
     # Checked now rather than at the first log, or at the model card written after training.

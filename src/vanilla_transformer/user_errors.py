@@ -2,6 +2,7 @@
 `UserError`, which the command line prints as one line and exits with status 2; and the checks of paths that commands
 run before any work."""
 
+import argparse
 import contextlib
 import os
 import re
@@ -10,6 +11,18 @@ from pathlib import Path
 
 class UserError(Exception):
     """A mistake in what the user gave a command, which the message names; printed as one line, exit status 2."""
+
+
+class OneLineErrors:
+    """For an `argparse.ArgumentParser` subclass: a bad flag or value is a `UserError`, one line like every other
+    mistake, instead of argparse's usage lines before the error."""
+
+    def error(self, message: str):
+        raise UserError(message)
+
+
+class CommandParser(OneLineErrors, argparse.ArgumentParser):
+    """The parser of a command's flags."""
 
 
 @contextlib.contextmanager
