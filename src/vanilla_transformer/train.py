@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     set_seed(training_args.seed)
     splits, callbacks = check_and_load(model_args, data_args, recipe_args, training_args, is_demo)
-    if "validation" in splits:
+    if training_args.eval_strategy != "no" or data_args.validation_source_file or data_args.validation_file:
         logger.info(validation_schedule(training_args))
     if recipe_args.overwrite_output_dir:
         remove_old_run(training_args)
