@@ -3,8 +3,11 @@ its own `--help`, and options are spelled with dashes everywhere (`train` also t
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 
 from vanilla_transformer.cli import COMMANDS, main
@@ -237,7 +240,7 @@ def model_with_a_larger_tokenizer(tmp_path, tokenizer_dir):
     return folder
 
 
-@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "train"])
+@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "train", "push"])
 def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, model_with_a_larger_tokenizer,
                                                                      tmp_path, capsys):
     model = model_with_a_larger_tokenizer
@@ -247,12 +250,13 @@ def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, m
         "export-ct2": ["--model", str(model), "--out", str(tmp_path / "ct2")],
         "train": ["--model-name-or-path", str(model), "--train-file", str(tmp_path / "pairs.tsv"),
                   "--output-dir", str(tmp_path / "run")],
+        "push": ["--model", str(model), "--repo-id", "user/model", "--dry-run", str(tmp_path / "staged")],
     }[command]
     (tmp_path / "pairs.tsv").write_text("one\tun\n")
     err = run_main([command, *extra], capsys)
     assert err == (f"vanilla-transformer {command}: error: its tokenizer has 300 tokens but the model {model} has 128 "
                    "embedding rows (vocab_size): they were not made together\n")
-    assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "run"))
+    assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "run", "staged"))
 
 
 def test_a_tokenizer_with_other_special_ids_is_named_in_one_line(model_with_a_larger_tokenizer, capsys):
@@ -264,3 +268,151 @@ def test_a_tokenizer_with_other_special_ids_is_named_in_one_line(model_with_a_la
     err = run_main(["translate", "--model", str(model)], capsys)
     assert err.endswith(f"error: its tokenizer has eos_token_id 2 but the model {model} has eos_token_id 7: they were "
                         "not made together\n")
+
+
+# --- The Hub: a path is never sent to it, and without a network one line comes at once -------------------------------
+
+
+def test_a_misspelt_folder_is_named_not_sent_to_the_hub(tmp_path, capsys, monkeypatch, no_hub):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs" / "model").mkdir(parents=True)
+    # A first part this close to a folder here is a path, whose nearest existing folder is suggested.
+    for value, near in [("ouputs/model", "outputs/model"), ("Outputs/modle", "outputs/model"),
+                        ("ouputs/model/averaged", "a folder in outputs"), ("ouputs/other", "a folder in outputs")]:
+        err = run_main(["translate", "--model", value], capsys)
+        assert err == f"vanilla-transformer translate: error: no such folder: {value} (did you mean {near}?)\n"
+
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """huggingface_hub's session on a machine without a network: every request fails at once, as a failed name lookup
+    does, in the exception class of the HTTP library huggingface_hub uses; the requests are listed. The Hub cache is
+    an empty folder."""
+    session_class = type(huggingface_hub.get_session())
+    library = sys.modules[session_class.__module__.split(".")[0]]
+    requests = []
+
+    def send(client, request, **kwargs):
+        requests.append(f"{request.method} {str(request.url).rstrip('/')}")
+        raise library.ConnectError("[Errno -2] Name or service not known", request=request)
+
+    monkeypatch.setattr(session_class, "send", send)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    return requests
+
+
+def fake_model_folder(folder: Path) -> Path:
+    """A folder with the files that the commands check before loading anything (their contents are never read)."""
+    folder.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_text("{}")
+    return folder
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "plot-attention", "push"])
+def test_without_a_network_a_hub_command_stops_at_once_in_one_line(command, tmp_path, capsys, monkeypatch, no_network):
+    monkeypatch.chdir(tmp_path)
+    repo_id = "nobody-here/no-such-model"
+    (tmp_path / "src.txt").write_text("a cat\n")
+    argv = {
+        "translate": ["translate", "--model", repo_id],
+        "evaluate": ["evaluate", "--model", repo_id, "--src", "src.txt", "--ref", "src.txt"],
+        "plot-attention": ["plot-attention", "--model", repo_id, "--source", "a cat", "--out", "plot.png"],
+        "push": ["push", "--model", "model", "--repo-id", repo_id],
+    }[command]
+    if command == "push":
+        fake_model_folder(tmp_path / "model")
+
+    start = time.perf_counter()
+    err = run_main(argv, capsys)
+    elapsed = time.perf_counter() - start
+
+    endpoint = huggingface_hub.constants.ENDPOINT
+    if command == "push":
+        assert err == (f"vanilla-transformer push: error: the Hub ({endpoint}) cannot be reached (Name or service not "
+                       "known); --dry-run OUT writes the folder that would be uploaded\n")
+    else:
+        assert err == (f"vanilla-transformer {command}: error: {repo_id} is no folder here, and the Hub ({endpoint}) "
+                       "cannot be reached to fetch it as a model (Name or service not known); a model already in the "
+                       "cache loads with HF_HUB_OFFLINE=1\n")
+    assert no_network == [f"HEAD {endpoint}"]  # one request, no retry
+    assert elapsed < 3
+    left = sorted(path.name for path in tmp_path.iterdir())
+    assert left == (["model", "src.txt"] if command == "push" else ["src.txt"])  # no output begun
+
+
+def cache_model(cache: Path, repo_id: str) -> None:
+    """`repo_id` in a huggingface_hub cache folder, as a download of its config.json leaves it."""
+    repo, commit = cache / f"models--{repo_id.replace('/', '--')}", "0" * 40
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_without_a_network_a_cached_model_is_pointed_to_offline_mode(tmp_path, capsys, monkeypatch, no_network):
+    monkeypatch.chdir(tmp_path)
+    cache_model(tmp_path / "hub-cache", "someone/cached")
+
+    err = run_main(["translate", "--model", "someone/cached"], capsys)
+
+    assert err.endswith("(Name or service not known); it is in the cache, which loads with HF_HUB_OFFLINE=1\n")
+
+
+def test_in_offline_mode_nothing_is_requested(tmp_path, capsys, monkeypatch, no_network):
+    from vanilla_transformer.user_errors import check_model
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    cache_model(tmp_path / "hub-cache", "someone/cached")
+
+    assert check_model("someone/cached") == "someone/cached"  # huggingface_hub answers from its cache
+    err = run_main(["translate", "--model", "someone/other"], capsys)
+    assert err == ("vanilla-transformer translate: error: someone/other is no folder here, nor a model in the Hub "
+                   "cache (HF_HUB_OFFLINE is set)\n")
+    err = run_main(["push", "--model", str(fake_model_folder(tmp_path / "model")), "--repo-id", "someone/x"], capsys)
+    assert err == ("vanilla-transformer push: error: HF_HUB_OFFLINE is set, so nothing can be sent to the Hub: unset "
+                   "it to push, or write the folder that would be uploaded with --dry-run OUT\n")
+    assert no_network == []
+
+
+def test_a_hub_that_does_not_answer_is_given_up_on(monkeypatch):
+    """A name lookup that hangs is not bounded by the HTTP library's timeout: the probe waits for it only so long."""
+    from vanilla_transformer.user_errors import hub_unreachable
+
+    release = threading.Event()
+
+    def hang(client, request, **kwargs):
+        release.wait(30)
+        raise RuntimeError("released")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(type(huggingface_hub.get_session()), "send", hang)
+    start = time.perf_counter()
+    try:
+        assert hub_unreachable(timeout=0.1) == "no answer in 0.1 s"
+    finally:
+        release.set()
+    assert time.perf_counter() - start < 2
+
+
+def test_evaluate_checks_its_json_file_first(tmp_path, capsys, no_hub):
+    (tmp_path / "src.txt").write_text("a cat\n")
+    source = str(tmp_path / "src.txt")
+    argv = ["evaluate", "--model", str(tmp_path), "--src", source, "--ref", source]
+    missing = tmp_path / "missing" / "results.json"
+    err = run_main([*argv, "--json", str(missing)], capsys)
+    assert err == f"vanilla-transformer evaluate: error: no such folder: {missing.parent} (to write {missing} in)\n"
+    err = run_main([*argv, "--json", "-"], capsys)
+    assert err.endswith("error: --json -: give the name of a file to write (standard output has the scores)\n")
+    err = run_main([*argv, "--dataset", "Multi30k"], capsys)
+    assert err.endswith("error: --dataset names the data in the --json results file; give --json FILE too\n")
+
+
+def test_a_tokenizer_file_that_is_no_tokenizer_is_named_in_one_line(model_with_a_larger_tokenizer, capsys):
+    model = model_with_a_larger_tokenizer
+    (model / "tokenizer.json").write_text("{}")
+    err = run_main(["translate", "--model", str(model)], capsys)
+    assert err.startswith(f"vanilla-transformer translate: error: cannot read the tokenizer in {model}: ")
+    assert err.count("\n") == 1

@@ -106,11 +106,17 @@ def run_dir(saved_model, tmp_path_factory):
     return run
 
 
+def http_library():
+    """The HTTP library of huggingface_hub's session (httpx2 today), whose Response and errors the fakes use."""
+    return sys.modules[type(huggingface_hub.get_session()).__module__.split(".")[0]]
+
+
 @pytest.fixture
 def hub(monkeypatch):
     """The Hub at its `HfApi` boundary: `create_repo` and `create_commit` record their calls, a new repository has
-    no README yet, and any other request to the Hub fails."""
-    calls = {"repos": [], "commits": []}
+    no README yet, the reachability probe (a HEAD of the endpoint) is answered, and any other request to the Hub
+    fails."""
+    calls = {"repos": [], "commits": [], "probes": 0}
 
     def create_repo(self, repo_id, *, private=None, exist_ok=False, **kwargs):
         calls["repos"].append(dict(repo_id=repo_id, private=private, exist_ok=exist_ok))
@@ -133,6 +139,9 @@ def hub(monkeypatch):
         raise EntryNotFoundError(f"{filename} not found in {repo_id}")
 
     def refuse(client, request, **kwargs):
+        if request.method == "HEAD" and str(request.url).rstrip("/") == huggingface_hub.constants.ENDPOINT:
+            calls["probes"] += 1
+            return http_library().Response(200, request=request)
         raise RuntimeError(f"a test tried to reach the network: {request.method} {request.url}")
 
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
@@ -194,10 +203,12 @@ def test_card_from_training_run(run_dir):
     """Without results the card reports the run's test_results.json; the recipe comes from the logged arguments."""
     card = ModelCard(str(model_card(run_dir)))
 
-    assert {(r.metric_type, r.metric_value, r.dataset_split) for r in card.data.eval_results} == {
-        ("bleu", 12.35, "test"), ("chrf", 40.5, "test")
-    }
-    assert "| held-out data | test | 12.35 | 40.50 | 5.0 |" in card.text
+    # The Trainer's metrics do not name the data: the card says so, and its model-index, which names the data of each
+    # score, leaves them out rather than list them under a made-up name.
+    assert card.data.eval_results is None and card.data.metrics == ["bleu", "chrf"]
+    assert "| data not named | test | 12.35 | 40.50 | 5.0 |" in card.text
+    assert 'The results do not name the data of the scores marked "data not\nnamed"' in card.text
+    assert "held-out data" not in card.text
     assert "the sacreBLEU signature was not recorded" in card.text
     for row in [
         "| optimizer (5.3) | Adam, beta1 0.9, beta2 0.98, eps 1e-09",
@@ -275,6 +286,133 @@ def test_card_refuses_a_missing_figure(saved_model, tmp_path):
         model_card(saved_model, facts, run_dir=run)
 
 
+def test_card_reports_what_the_run_recorded(run_dir, hub, tmp_path, capsys):
+    """`train` writes card_results.json: model-card, push and model_card read it before the Trainer's metrics."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "card_results.json").write_text(json.dumps(CARD_RESULTS))
+
+    cli(["model-card", "--model", str(run), "--out", str(tmp_path / "card" / "README.md")])
+    push_to_hub(run, REPO_ID)
+
+    [commit] = hub["commits"]
+    for text in [model_card(run).content, (tmp_path / "card" / "README.md").read_text(encoding="utf-8"),
+                 commit["files"]["README.md"].decode("utf-8")]:
+        card = ModelCard(text)
+        assert [r.metric_value for r in card.data.eval_results] == [33.99, 57.11]
+        assert "| Multi30k (1,000 sentences) | test_2016_flickr | 33.99 | 57.11 |" in card.text
+        assert "Data: the 29,000 Multi30k training pairs." in card.text
+        assert "print(translator('a man | a bike'))" in card.text  # the first sample's source
+
+
+def test_card_without_samples_invents_no_sentence(saved_model):
+    results = {"results": [{"dataset": "Multi30k", "bleu": 30.0}]}
+
+    text = model_card(saved_model, results, repo_id=REPO_ID).text
+
+    assert "print(translator('<a sentence in en>'))" in text
+    assert "inputs = tokenizer(['<a sentence in en>'], return_tensors=\"pt\", padding=True)" in text
+    assert "bicycle" not in text
+
+
+@pytest.mark.parametrize("content, message", [
+    ("bleu = 33", "{file} is not JSON (Expecting value, line 1 column 1)"),
+    (b"\xff\xfe{", "{file} is not UTF-8 text"),
+    ("[1, 2]", 'expected a JSON object (`{{"results": [...], ...}}`) in {file}, found a list'),
+    ('{"results": {"bleu": 3}}', "`results` in {file} must be a list, found an object"),
+    ('{"results": [{"dataset": "x", "chrf": 50}]}', "result 1 in {file} has no BLEU score (`bleu` or `test_bleu`); "
+                                                     "its keys: chrf, dataset"),
+    ('{"dataset": "x", "chrf": 50}', "result 1 in {file} has no BLEU score (`bleu` or `test_bleu`); its keys: chrf, "
+                                     "dataset"),
+    ('{"results": [{"bleu": "high"}]}', "`bleu` of result 1 in {file} is not a number: 'high'"),
+    ('{"test_bleu": 3, "test_chrf": "n/a"}', "`test_chrf` of result 1 in {file} is not a number: 'n/a'"),
+    ('{"samples": [{"source": "a"}]}', "sample 1 in {file} needs the strings `source`, `reference` and `hypothesis`"),
+    ('{"variants": [{"model": "last", "bleu": null}]}', "variant 1 in {file} needs a `model` and a numeric `bleu`"),
+    ('{"figures": [{"file": "nope.png"}]}', "The card's figure 'nope.png' is not in the run folder {run}."),
+])
+@pytest.mark.parametrize("command", ["model-card", "push"])
+def test_a_bad_results_file_is_named_before_any_work(command, content, message, saved_model, hub, tmp_path, capsys):
+    results = tmp_path / "results.json"
+    results.write_bytes(content if isinstance(content, bytes) else content.encode())
+    argv = {
+        "model-card": ["model-card", "--results", str(results), "--out", str(tmp_path / "card" / "README.md")],
+        "push": ["push", "--card-results", str(results), "--repo-id", REPO_ID],
+    }[command]
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli([*argv, "--model", str(saved_model)])
+
+    assert exit_info.value.code == 2
+    error = message.format(file=results, run=saved_model)
+    assert capsys.readouterr().err == f"vanilla-transformer {command}: error: {error}\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json"]  # no card folder left behind
+    assert hub == {"repos": [], "commits": [], "probes": 0}
+
+
+def test_a_results_file_without_results_is_a_card_without_scores(saved_model, tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"samples": CARD_RESULTS["samples"]}))
+
+    cli(["model-card", "--model", str(saved_model), "--results", str(results), "--out", str(tmp_path / "README.md")])
+
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "No evaluation results were given for this model." in text and "| a man \\| a bike |" in text
+
+
+def test_model_card_out_where_no_folder_can_be(saved_model, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "card" / "README.md"
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["model-card", "--model", str(saved_model), "--out", str(out)])
+
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"vanilla-transformer model-card: error: cannot write {out}: {tmp_path / 'a-file'} is a file, not a folder\n"
+    )
+
+
+def test_evaluate_json_is_the_results_file_of_the_card(saved_model, tmp_path, capsys):
+    pairs = [("a man reads a book", "un homme lit un livre"), ("", ""), ("two dogs play", "deux chiens jouent")]
+    (tmp_path / "test.en").write_text("".join(source + "\n" for source, _ in pairs), encoding="utf-8")
+    (tmp_path / "test.fr").write_text("".join(target + "\n" for _, target in pairs), encoding="utf-8")
+    results = tmp_path / "results.json"
+    evaluate = ["evaluate", "--model", str(saved_model), "--src", str(tmp_path / "test.en"), "--ref",
+                str(tmp_path / "test.fr"), "--device", "cpu", "--json", str(results)]
+
+    cli([*evaluate, "--num-beams", "1", "--max-new-tokens", "4", "--dataset", "Multi30k", "--split",
+         "test_2016_flickr"])
+
+    printed = capsys.readouterr().out
+    written = json.loads(results.read_text(encoding="utf-8"))
+    [entry] = written["results"]
+    assert {key: entry[key] for key in ("dataset", "split", "num_sentences", "decoding")} == {
+        "dataset": "Multi30k", "split": "test_2016_flickr", "num_sentences": 3,
+        "decoding": "greedy search, at most 4 new tokens"}
+    for metric in ("bleu", "chrf"):  # the numbers and signatures that evaluate prints
+        assert f"signature: {entry[f'{metric}_signature']}\n" in printed
+    assert f"BLEU = {entry['bleu']:.2f} " in printed and f"chrF2 = {entry['chrf']:.2f}\n" in printed
+    if "bleu_lc_moses" in entry:  # with sacremoses
+        assert f"signature: {entry['bleu_lc_moses_signature']}\n" in printed
+    assert [sample["source"] for sample in written["samples"]] == ["a man reads a book", "two dogs play"]
+
+    card_file = tmp_path / "card" / "README.md"
+    cli(["model-card", "--model", str(saved_model), "--results", str(results), "--out", str(card_file)])
+
+    card = ModelCard.load(card_file)
+    assert [r.metric_value for r in card.data.eval_results] == [round(entry["bleu"], 2), round(entry["chrf"], 2)]
+    assert {(r.dataset_name, r.dataset_split) for r in card.data.eval_results} == {("Multi30k", "test_2016_flickr")}
+    assert f"| Multi30k (3 sentences) | test_2016_flickr | {entry['bleu']:.2f} | {entry['chrf']:.2f} |" in card.text
+    assert (f"- Multi30k test_2016_flickr: decoded with greedy search, at most 4 new tokens; BLEU signature "
+            f"`{entry['bleu_signature']}`, chrF signature `{entry['chrf_signature']}`") in card.text
+    assert "print(translator('a man reads a book'))" in card.text
+
+    # Without names, the test file's: no dataset is made up, nor a decoding other than the saved one.
+    cli([*evaluate, "--max-new-tokens", "4"])
+    [entry] = json.loads(results.read_text(encoding="utf-8"))["results"]
+    assert (entry["dataset"], entry["split"], entry["decoding"]) == ("test.en", "test", "at most 4 new tokens")
+
+
 # --- pushing --------------------------------------------------------------------------------------------------------
 
 
@@ -306,7 +444,7 @@ def test_push_uploads_one_complete_repo(run_dir, saved_model, hub):
     card = ModelCard(files["README.md"].decode("utf-8"))
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "translation"
     assert card.data.language == ["en", "fr"] and card.data.license == "apache-2.0"
-    assert [r.metric_value for r in card.data.eval_results] == [12.35, 40.5]
+    assert "| data not named | test | 12.35 | 40.50 | 5.0 |" in card.text  # the run's test_results.json
     assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in card.text
 
 
@@ -340,7 +478,7 @@ def test_push_refuses_a_folder_without_tokenizer(saved_model, hub, tmp_path):
 
     with pytest.raises(ValueError, match="No tokenizer"):
         push_to_hub(tmp_path, REPO_ID)
-    assert hub == {"repos": [], "commits": []}  # checked before the repository is created
+    assert hub["repos"] == [] and hub["commits"] == []  # checked before the repository is created
 
 
 def test_transformers_push_to_hub_uploads_the_code(saved_model, hub):
@@ -355,6 +493,98 @@ def test_transformers_push_to_hub_uploads_the_code(saved_model, hub):
     assert set(files) == model_files | {"README.md"}
     for name in model_files:
         assert files[name] == (saved_model / name).read_bytes(), name
+
+
+def test_push_dry_run_writes_exactly_what_push_uploads(saved_model, hub, tmp_path, capsys):
+    facts, run = card_with_plot(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(facts))
+    push = ["push", "--model", str(saved_model), "--run", str(run), "--card-results", str(tmp_path / "results.json"),
+            "--repo-id", REPO_ID]
+    out = tmp_path / "staged" / "repo"
+
+    cli([*push, "--dry-run", str(out)])
+
+    assert hub == {"repos": [], "commits": [], "probes": 0}  # no network at all
+    written = {path.relative_to(out).as_posix(): path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert REQUIRED_FILES | {"training.png"} <= set(written)
+    assert f"written to {out}" in capsys.readouterr().out
+    assert sorted(path.name for path in out.parent.iterdir()) == ["repo"]  # no staging folder left beside it
+
+    cli(push)
+
+    [commit] = hub["commits"]
+    assert commit["files"] == written
+
+
+def test_push_dry_run_replaces_a_folder_only_when_forced(saved_model, hub, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    push = ["push", "--model", str(saved_model), "--repo-id", REPO_ID]
+
+    for argv, error in [
+        ([*push, "--dry-run", str(out)], f"--dry-run {out} is not empty; pass --force to replace what it holds, or "
+                                         "choose another"),
+        ([*push, "--dry-run", str(saved_model), "--force"], f"--dry-run {saved_model} would replace the --model folder "
+                                                              f"{saved_model}; choose another"),
+        ([*push, "--dry-run", str(out / "old.txt")], f"--dry-run {out / 'old.txt'} is a file, not a folder"),
+        ([*push, "--force"], "--force replaces the folder of --dry-run; without --dry-run there is nothing to replace"),
+        (["push", "--model", str(saved_model), "--repo-id", "user/bad name!", "--dry-run", str(out)],
+         "--repo-id 'user/bad name!' is not a Hub repository name: Repo id must use alphanumeric chars"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli(argv)
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.startswith(f"vanilla-transformer push: error: {error}")
+    assert [path.name for path in out.iterdir()] == ["old.txt"]
+
+    cli([*push, "--dry-run", str(out), "--force"])
+
+    assert "old.txt" not in {path.name for path in out.iterdir()} and (out / "README.md").is_file()
+    assert hub == {"repos": [], "commits": [], "probes": 0}
+
+
+def http_error(status: int, message: str):
+    """The `HfHubHTTPError` that huggingface_hub raises for an answer of `status` to creating a repository."""
+    from huggingface_hub.utils import hf_raise_for_status
+
+    request = http_library().Request("POST", f"{huggingface_hub.constants.ENDPOINT}/api/repos/create")
+    try:
+        hf_raise_for_status(http_library().Response(status, request=request, json={"error": message}))
+    except huggingface_hub.errors.HfHubHTTPError as error:
+        return error
+    raise AssertionError(f"no error for {status}")
+
+
+@pytest.mark.parametrize("step, error, message", [
+    ("create_commit", lambda library: library.RemoteProtocolError("Server disconnected without sending a response."),
+     "the connection to the Hub failed (Server disconnected without sending a response.)"),
+    ("create_commit", lambda library: library.WriteTimeout("The write operation timed out"),
+     "the connection to the Hub failed (The write operation timed out)"),
+    ("create_repo", lambda library: http_error(401, "Invalid username or password."),
+     "the Hub answered 401 Unauthorized to POST {endpoint}/api/repos/create: Invalid username or password. (a "
+     "token with write access: `hf auth login`, HF_TOKEN or --token)"),
+    ("create_repo", lambda library: http_error(403, 'You don\'t have the rights to create a model under "user"'),
+     "the Hub answered 403 Forbidden to POST {endpoint}/api/repos/create: You don't have the rights to create a model "
+     'under "user" (a token with write access: `hf auth login`, HF_TOKEN or --token)'),
+])
+def test_a_push_that_fails_on_the_way_is_one_line(step, error, message, saved_model, hub, monkeypatch, capsys):
+    """The network dropping during the upload (errors of the HTTP library, which are no OSErrors) or the Hub refusing
+    it stops push with one line, not a traceback."""
+
+    def fail(self, *args, **kwargs):
+        raise error(http_library())
+
+    monkeypatch.setattr(HfApi, step, fail)
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["push", "--model", str(saved_model), "--repo-id", REPO_ID])
+
+    assert exit_info.value.code == 2
+    endpoint = huggingface_hub.constants.ENDPOINT
+    assert capsys.readouterr().err == (
+        f"vanilla-transformer push: error: push to {REPO_ID}: {message.format(endpoint=endpoint)}\n"
+    )
 
 
 # --- loading without the package ------------------------------------------------------------------------------------

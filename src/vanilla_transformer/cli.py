@@ -5,17 +5,20 @@ are spelled with dashes (`--max-new-tokens`); `train` also takes transformers' u
 
 A mistake in what a command is given (a missing folder, a bad value, a file with a bad line) is a `UserError`; `main`
 prints it, or a `MissingExtraError`, as one line, `vanilla-transformer COMMAND: error: ...`, and exits with status 2.
-Paths are checked before any work, and outputs are written whole or not at all (`text_files.output_file`). Any other
-exception is a bug and keeps its traceback.
+Paths are checked before any work, and outputs are written whole or not at all (`text_files.output_file`). So is a Hub
+that cannot be reached, found by one quick request before anything is fetched from or sent to it
+(`user_errors.hub_unreachable`), and a push that the Hub refuses or the network drops (`user_errors.hub_errors`). Any
+other exception is a bug and keeps its traceback.
 """
 
 import argparse
 import contextlib
 import functools
+import json
 import sys
 from pathlib import Path
 
-from .extras import MissingExtraError
+from .extras import MissingExtraError, require
 from .user_errors import (
     CommandParser,
     UserError,
@@ -24,6 +27,10 @@ from .user_errors import (
     check_output_file,
     check_output_folder,
     check_tokenizer_fits,
+    describe,
+    hub_errors,
+    hub_unreachable,
+    no_such_folder,
     user_errors,
 )
 
@@ -57,19 +64,28 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
     parser.add_argument("--model", required=True, help="A saved model folder (from train, average or save_pretrained).")
     parser.add_argument(
         results_flag,
-        help="JSON with the evaluation results and card facts (see vanilla_transformer.hub); default: the run's "
-        "test_results.json.",
+        metavar="FILE",
+        help="JSON with the evaluation results and card facts (see vanilla_transformer.hub; `evaluate --json` writes "
+        "one); default: the run's card_results.json (written by train), else its test_results.json, else "
+        "eval_results.json.",
     )
     parser.add_argument("--run", help="The training run folder, for the recipe and results (default: --model).")
     parser.add_argument("--license", default="apache-2.0", help="License of the model on the Hub.")
 
 
-def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> None:
+def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> dict:
+    """The card facts (`hub.read_card_facts`), after checking the folders and the results file they come from."""
+    from .hub import read_card_facts
+
     check_model(args.model, weights=weights, tokenizer=tokenizer, hub=False)
+    if tokenizer:  # a folder shared with its tokenizer: the two must fit
+        check_tokenizer_fits(args.model)
     if args.run is not None and not Path(args.run).is_dir():
-        raise UserError(f"no such folder: {args.run}")
+        raise UserError(f"{args.run} is a file, not a folder" if Path(args.run).exists() else no_such_folder(args.run))
     if results is not None and not Path(results).is_file():
-        raise UserError(f"no such file: {results}")
+        raise UserError(f"{results} is a folder, not a file" if Path(results).is_dir() else f"no such file: {results}")
+    with user_errors(ValueError, OSError):  # read and checked before the model is loaded
+        return read_card_facts(results, args.run or args.model)
 
 
 def model_card_command(argv: list[str]) -> None:
@@ -85,13 +101,10 @@ def model_card_command(argv: list[str]) -> None:
         "--out", required=True, help="Where to write the card, e.g. model_cards/NAME/README.md (its figures go beside it)."
     )
     args = parser.parse_args(argv)
-    _check_card_arguments(args, args.results, weights=False, tokenizer=False)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a card is a new folder, its figures beside it
-    check_output_file(args.out)
+    facts = _check_card_arguments(args, args.results, weights=False, tokenizer=False)
+    check_output_file(args.out, new_folders=True)  # a card is often a new folder, its figures beside it
     with user_errors(ValueError, OSError):
-        write_model_card(
-            args.model, args.out, args.results, run_dir=args.run, repo_id=args.repo_id, license=args.license
-        )
+        write_model_card(args.model, args.out, facts, run_dir=args.run, repo_id=args.repo_id, license=args.license)
     print(f"model card written to {args.out}")
 
 
@@ -107,20 +120,90 @@ def push_command(argv: list[str]) -> None:
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     parser.add_argument("--commit-message", default="Upload vanilla-transformer model")
     parser.add_argument("--token", help="A Hub token with write access (default: the one of `hf auth login`).")
+    parser.add_argument(
+        "--dry-run",
+        metavar="OUT",
+        help="Write the folder that would be uploaded (model, tokenizer, code, card and its figures) into OUT instead, "
+        "without any network access.",
+    )
+    parser.add_argument("--force", action="store_true", help="With --dry-run: replace what OUT holds.")
     args = parser.parse_args(argv)
-    _check_card_arguments(args, args.card_results, weights=True, tokenizer=True)
-    with user_errors(ValueError, OSError):  # the Hub's refusals (no token, no access) are OSErrors
+    if args.force and args.dry_run is None:
+        raise UserError("--force replaces the folder of --dry-run; without --dry-run there is nothing to replace")
+    require("jinja2", extra="train")  # the card's, before the Hub is asked anything
+    facts = _check_card_arguments(args, args.card_results, weights=True, tokenizer=True)
+    _check_repo_id(args.repo_id)
+    if args.dry_run is not None:
+        _dry_run(args, facts)
+        return
+    _check_hub_for_push()
+    with hub_errors(f"push to {args.repo_id}"):
         commit = push_to_hub(
             args.model,
             args.repo_id,
             private=args.private,
-            results=args.card_results,
+            results=facts,
             run_dir=args.run,
             license=args.license,
             commit_message=args.commit_message,
             token=args.token,
         )
     print(f"pushed to {commit.commit_url}")
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """`repo_id` is USER/NAME, or NAME alone (the token owner's), as huggingface_hub accepts it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise UserError(f"--repo-id {repo_id!r} is not a Hub repository name: {describe(error)}") from None
+
+
+def _check_hub_for_push() -> None:
+    """The Hub can be reached: one quick request, so that a machine without a network gets one line at once."""
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise UserError("HF_HUB_OFFLINE is set, so nothing can be sent to the Hub: unset it to push, or write the "
+                        "folder that would be uploaded with --dry-run OUT")
+    if (reason := hub_unreachable()) is not None:
+        raise UserError(f"the Hub ({constants.ENDPOINT}) cannot be reached ({reason}); --dry-run OUT writes the "
+                        "folder that would be uploaded")
+
+
+def _dry_run(args: argparse.Namespace, facts: dict) -> None:
+    """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
+    import secrets
+    import shutil
+
+    from .hub import write_repository
+
+    out = Path(args.dry_run)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--dry-run {out} is a file, not a folder")
+    for name, folder in (("--model", args.model), ("--run", args.run), ("current", ".")):
+        if folder is not None and out.resolve() in (Path(folder).resolve(), *Path(folder).resolve().parents):
+            raise UserError(f"--dry-run {out} would replace the {name} folder {folder}; choose another")
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise UserError(f"--dry-run {out} is not empty; pass --force to replace what it holds, or choose another")
+    check_output_file(str(out / "README.md"), new_folders=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")  # same folder: the rename is atomic
+    try:
+        with user_errors(ValueError, OSError):
+            files = write_repository(
+                args.model, staging, args.repo_id, results=facts, run_dir=args.run, license=args.license
+            )
+            if out.exists():
+                shutil.rmtree(out)
+            staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"{len(files)} files that push would upload to {args.repo_id} written to {out} (nothing was sent):")
+    for path in files:
+        print(f"  {path.relative_to(staging).as_posix()}")
 
 
 def _positive_int(text: str) -> int:
@@ -275,8 +358,24 @@ def evaluate_command(argv: list[str]) -> None:
         help="Language of the references, for the Moses tokenizer of the lowercased BLEU (default: the model "
         "config's target_lang, else en).",
     )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="Also write the scores, their signatures and the first sample translations as the results file that "
+        "model-card --results and push --card-results read.",
+    )
+    parser.add_argument(
+        "--dataset", metavar="NAME", help="The name of the test data in --json, e.g. Multi30k (default: --src's name)."
+    )
+    parser.add_argument("--split", metavar="NAME", help="The split in --json, e.g. test_2016_flickr (default: test).")
     args = parser.parse_args(argv)
+    if args.json == "-":
+        raise UserError("--json -: give the name of a file to write (standard output has the scores)")
+    for flag, value in (("--dataset", args.dataset), ("--split", args.split)):
+        if value is not None and args.json is None:
+            raise UserError(f"{flag} names the data in the --json results file; give --json FILE too")
     check_output_file(args.output_hyps)
+    check_output_file(args.json)
     sources, references = _read_lines(args.src), _read_lines(args.ref)
     for path, lines in ((args.src, sources), (args.ref, references)):
         if not any(line.strip() for line in lines):
@@ -303,6 +402,47 @@ def evaluate_command(argv: list[str]) -> None:
     print(scores["bleu_lc_moses_report"])
     if "bleu_lc_moses_signature" in scores:
         print(f"  signature: {scores['bleu_lc_moses_signature']}")
+    if args.json:
+        with user_errors(OSError, path=args.json), output_file(args.json) as file:
+            json.dump(_card_results(args, scores, sources, references, hypotheses), file, indent=2, ensure_ascii=False)
+            file.write("\n")
+        print(f"results written to {args.json}")
+
+
+# How many sample translations evaluate --json keeps for the model card.
+CARD_SAMPLES = 5
+
+
+def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses) -> dict:
+    """evaluate's scores as the results file of `model-card --results` and `push --card-results` (hub.py): one
+    evaluation named by --dataset and --split, decoded as the options say, and the first non-empty pairs as samples."""
+    result = dict(
+        dataset=args.dataset or (Path(args.src).name if args.src != "-" else None),  # None: the card says "not named"
+        split=args.split or "test",
+        bleu=scores["bleu"],
+        chrf=scores["chrf"],
+        bleu_signature=scores["bleu_signature"],
+        chrf_signature=scores["chrf_signature"],
+        num_sentences=len(hypotheses),
+        decoding=_decoding_description(args),
+    )
+    if "bleu_lc_moses" in scores:  # with the train extra
+        result.update(bleu_lc_moses=scores["bleu_lc_moses"], bleu_lc_moses_signature=scores["bleu_lc_moses_signature"])
+    pairs = [(s, r, h) for s, r, h in zip(sources, references, hypotheses, strict=True) if s.strip()]
+    samples = [dict(source=s, reference=r, hypothesis=h) for s, r, h in pairs[:CARD_SAMPLES]]
+    return dict(results=[result], samples=samples)
+
+
+def _decoding_description(args: argparse.Namespace) -> str | None:
+    """The decoding the options chose, where it differs from the model's generation config (None: it does not)."""
+    parts = []
+    if args.num_beams is not None:
+        parts.append("greedy search" if args.num_beams == 1 else f"beam size {args.num_beams}")
+    if args.max_new_tokens is not None:
+        parts.append(f"at most {args.max_new_tokens} new tokens")
+    if args.backend == "ct2":  # an export-ct2 folder, maybe quantized: not quite the weights of the model folder
+        parts.append("CTranslate2 (--backend ct2)")
+    return ", ".join(parts) or None
 
 
 def _target_lang(args: argparse.Namespace) -> str:

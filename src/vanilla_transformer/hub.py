@@ -2,18 +2,24 @@
 uploads the whole repository.
 
 ```python
->>> from vanilla_transformer.hub import model_card, push_to_hub
+>>> from vanilla_transformer.hub import model_card, push_to_hub, write_repository
 >>> model_card("runs/multi30k-en-de/averaged", results="card.json").save("model_cards/multi30k-en-de.md")
+>>> write_repository("runs/multi30k-en-de/averaged", "staged", "USER/transformer-multi30k-en-de", results="card.json")
 >>> push_to_hub("runs/multi30k-en-de/averaged", "USER/transformer-multi30k-en-de", results="card.json")
 ```
+
+[`push_to_hub`] uploads in one commit exactly the folder that [`write_repository`] writes without any network (the
+dry run of `vanilla-transformer push --dry-run OUT`).
 
 The card is never written by hand: its metadata (languages, license, datasets, a `model-index` with BLEU and chrF)
 and body (hyper-parameters, recipe, results with their sacreBLEU signature, samples, usage, citation) come from the
 saved config and generation config, the training run (`trainer_state.json`, the training arguments that the
 TensorBoard callback logs) and the evaluation results, rendered with `model_card_template.md`.
 
-`results` (a dict, or a JSON file holding one) is either a metrics file as the Trainer writes it
-(`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the model with these optional keys:
+`results` (a dict, or a JSON file holding one; by default the run's `card_results.json`, which `vanilla-transformer
+train` writes, else its `test_results.json`, else `eval_results.json`) is either a metrics file as the Trainer writes
+it (`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the model with these optional keys
+(`vanilla-transformer evaluate --json` writes `results` and `samples`):
 
 - `results`: a list of evaluations, each `{"dataset": "Multi30k", "dataset_id": "bentrevett/multi30k",
   "split": "test_2016_flickr", "bleu": 33.99, "chrf": 57.11,
@@ -30,6 +36,10 @@ TensorBoard callback logs) and the evaluation results, rendered with `model_card
 - `figures`: PNG plots shown in the card, `[{"file": "plots/training.png", "caption": "..."}]`, the file relative to
   the run folder. The card names each by its file name, so [`write_model_card`] and [`push_to_hub`] put the files
   next to the card.
+
+[`read_card_facts`] checks them before anything is loaded: a `ValueError` names the file and the entry the card cannot
+show. The card invents nothing: an evaluation without `dataset` is shown as "data not named" and left out of the
+`model-index`, and without samples the usage examples translate a placeholder that says so.
 """
 
 import json
@@ -76,8 +86,9 @@ def model_card(
 ) -> ModelCard:
     """The Hub model card of the model saved in `model_dir`.
 
-    `results` describes the evaluation (see the module docstring); without it the card reports the Trainer's
-    `test_results.json` (else `eval_results.json`) of `run_dir`. `run_dir` is the training run (default:
+    `results` describes the evaluation (see the module docstring); without it the card reports what `run_dir`
+    recorded: `card_results.json` (written by `vanilla-transformer train`), else the Trainer's `test_results.json`,
+    else its `eval_results.json`. `run_dir` is the training run (default:
     `model_dir`, which is where `vanilla-transformer train` writes both); its `trainer_state.json` and logged
     training arguments give the recipe. Give the results of exactly these weights: an averaged model's scores are
     not those of the run's last checkpoint. `repo_id` ("USER/NAME") goes into the usage examples. Needs the `train`
@@ -86,7 +97,7 @@ def model_card(
     require("jinja2", extra="train")
     model_dir = Path(model_dir)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
-    facts = _read_results(results, run_dir)
+    facts = read_card_facts(results, run_dir)
     config = VanillaTransformerConfig.from_pretrained(model_dir)
     source_lang = facts.get("source_lang") or getattr(config, "source_lang", None)
     target_lang = facts.get("target_lang") or getattr(config, "target_lang", None)
@@ -113,12 +124,18 @@ def model_card(
         training_data=facts.get("training_data"),
         datasets=datasets,
         evaluations=evaluations,
+        unnamed_data=any(evaluation["dataset"] is None for evaluation in evaluations),
         samples=samples,
         variants=facts.get("variants") or [],
         figures=figures,
-        example=repr(samples[0]["source"] if samples else "A man is riding a bicycle."),  # a Python literal
+        example=repr(samples[0]["source"] if samples else _placeholder_sentence(source_lang)),  # a Python literal
         citation=PAPER_CITATION,
     )
+
+
+def _placeholder_sentence(source_lang: str | None) -> str:
+    """The usage examples' input when no sample was recorded: a placeholder that says so, not an invented sentence."""
+    return f"<a sentence in {source_lang}>" if source_lang else "<a sentence in the source language>"
 
 
 def _card_data(model_name: str, languages, license: str, datasets: list[str] | None, evaluations: list[dict]):
@@ -147,7 +164,7 @@ def write_model_card(
 ) -> ModelCard:
     """[`model_card`] saved as `out` (e.g. `model_cards/NAME/README.md`), with the figures it shows copied next to it."""
     out, run_dir = Path(out), Path(run_dir or model_dir)
-    facts = _read_results(results, run_dir)
+    facts = read_card_facts(results, run_dir)
     card = model_card(model_dir, facts, run_dir=run_dir, repo_id=repo_id, license=license)
     out.parent.mkdir(parents=True, exist_ok=True)
     card.save(out)
@@ -156,6 +173,42 @@ def write_model_card(
         if not (copy.exists() and copy.samefile(path)):
             shutil.copyfile(path, copy)
     return card
+
+
+def write_repository(
+    model_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    repo_id: str,
+    *,
+    results: dict | str | os.PathLike | None = None,
+    run_dir: str | os.PathLike | None = None,
+    license: str = "apache-2.0",
+) -> list[Path]:
+    """Write into the folder `out` exactly what [`push_to_hub`] uploads of the model saved in `model_dir`, with
+    `repo_id` in the card's usage examples; returns the files written, sorted. Needs no network.
+
+    The folder is what `save_pretrained` writes, so it loads without this package: `config.json` with `auto_map`, the
+    configuration/modeling code it points to (that of the installed package), `model.safetensors` (the shared
+    embedding stored once), `generation_config.json`, the tokenizer, and a `README.md` generated by [`model_card`]
+    from `results` and `run_dir` (default: `model_dir`), with the figures it shows. Run files (trainer state,
+    checkpoints, logs) are not written."""
+    require("jinja2", extra="train")  # for the model card
+    model_dir, out = Path(model_dir), Path(out)
+    run_dir = Path(run_dir) if run_dir is not None else model_dir
+    if not (model_dir / "tokenizer_config.json").is_file():
+        raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
+    facts = read_card_facts(results, run_dir)  # a bad results file stops before the model is loaded
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    # The saved tokenizer config records how it was loaded: in offline mode (where a dry run may be made), transformers
+    # forces `local_files_only` on, which the uploaded folder must not carry.
+    if "local_files_only" in tokenizer.init_kwargs:
+        tokenizer.init_kwargs["local_files_only"] = False
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    # The card describes the folder as written (its code files and generation config).
+    write_model_card(out, out / "README.md", facts, run_dir=run_dir, repo_id=repo_id, license=license)
+    return sorted(path for path in out.rglob("*") if path.is_file())
 
 
 def push_to_hub(
@@ -173,31 +226,24 @@ def push_to_hub(
 ):
     """Upload the model saved in `model_dir` to the Hub repository `repo_id` (created if missing) in one commit.
 
-    The repository is written as `save_pretrained` writes a folder, so it loads without this package:
-    `config.json` with `auto_map`, the configuration/modeling code it points to, `model.safetensors` (the shared
-    embedding stored once), `generation_config.json`, the tokenizer, and a `README.md` generated by
-    [`model_card`] from `results` and `run_dir`. The code files are those of the installed package. Files already in
-    the repository that the upload does not replace are kept. Returns the `CommitInfo` of the commit.
+    The commit holds exactly the files that [`write_repository`] writes (`vanilla-transformer push --dry-run OUT`
+    shows them): the model as `save_pretrained` writes it, so it loads without this package, its tokenizer, and the
+    `README.md` model card made from `results` and `run_dir`, with its figures. Files already in the repository that
+    the upload does not replace are kept. Returns the `CommitInfo` of the commit.
     """
     require("jinja2", extra="train")  # for the model card, checked before the repository is created
     model_dir = Path(model_dir)
     if not (model_dir / "tokenizer_config.json").is_file():
         raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    read_card_facts(results, Path(run_dir) if run_dir is not None else model_dir)  # checked before too
     api = HfApi(token=token)
     # The repository's full name: "NAME" alone is created in the token owner's namespace.
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     with tempfile.TemporaryDirectory() as staging:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        # The card describes the folder as uploaded (its code files and generation config).
-        readme = Path(staging) / "README.md"
-        write_model_card(staging, readme, results, run_dir=run_dir or model_dir, repo_id=repo_id, license=license)
+        files = write_repository(model_dir, staging, repo_id, results=results, run_dir=run_dir, license=license)
         operations = [
             CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
-            for path in sorted(Path(staging).rglob("*"))
-            if path.is_file()
+            for path in files
         ]
         # One create_commit, not upload_folder: with hf_xet installed, upload_folder may split into several commits.
         return api.create_commit(
@@ -213,14 +259,79 @@ def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _read_results(results, run_dir: Path) -> dict:
-    """The card facts as a dict with a `results` list, from `results` or else the run's Trainer metrics file."""
+# The files of a run that record its results, in the order a card without a results file looks for them.
+RUN_RESULT_FILES = ("card_results.json", "test_results.json", "eval_results.json")
+# The keys of a description of the model; a dict with none of them is one evaluation's metrics (`test_bleu`, ...).
+_FACT_KEYS = {"results", "source_lang", "target_lang", "datasets", "training_data", "training", "samples", "variants",
+              "figures"}
+
+
+def read_card_facts(results: dict | str | os.PathLike | None, run_dir: str | os.PathLike) -> dict:
+    """The card facts as a dict with a `results` list: from `results` (a dict, or a JSON file holding one), else from
+    the first file of `RUN_RESULT_FILES` that `run_dir` holds. A `ValueError` says what is wrong with them (naming
+    the file), a `FileNotFoundError` which figure is missing, before anything is loaded."""
+    run_dir = Path(run_dir)
+    source = results
     if results is None:
-        trainer_results = _read_json(run_dir / "test_results.json") or _read_json(run_dir / "eval_results.json")
-        results = trainer_results or {"results": []}
-    elif not isinstance(results, dict):
-        results = json.loads(Path(results).read_text(encoding="utf-8"))
-    return results if "results" in results else {"results": [results]}  # a bare metrics dict: one evaluation
+        source = next((run_dir / name for name in RUN_RESULT_FILES if (run_dir / name).is_file()), None)
+        results = {"results": []} if source is None else source
+    if not isinstance(results, dict):
+        try:
+            results = json.loads(Path(results).read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError(f"{source} is not UTF-8 text") from None
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{source} is not JSON ({error.msg}, line {error.lineno} column {error.colno})") from None
+    where = f" in {source}" if not isinstance(source, dict) else ""
+    if not isinstance(results, dict):
+        raise ValueError(f"expected a JSON object (`{{\"results\": [...], ...}}`){where}, found {_json_type(results)}")
+    # A bare metrics dict (a Trainer's test_results.json) is one evaluation.
+    facts = results if _FACT_KEYS & set(results) else {"results": [results]}
+    facts = {**facts, "results": facts.get("results") or []}
+    _check_facts(facts, where)
+    _figures(facts, run_dir)
+    return facts
+
+
+def _check_facts(facts: dict, where: str) -> None:
+    """A `ValueError` naming the first entry of `facts` that the card cannot show."""
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for key in ("results", "samples", "variants", "figures", "datasets"):
+        if not isinstance(facts.get(key) or [], list):
+            raise ValueError(f"`{key}`{where} must be a list, found {_json_type(facts[key])}")
+    for index, entry in enumerate(facts["results"], 1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"result {index}{where} must be an object, found {_json_type(entry)}")
+        prefix = "" if "bleu" in entry else next((p for p in _TRAINER_SPLITS if f"{p}bleu" in entry), "")
+        if f"{prefix}bleu" not in entry:
+            keys = ", ".join(sorted(entry)) or "none"
+            raise ValueError(f"result {index}{where} has no BLEU score (`bleu` or `test_bleu`); its keys: {keys}")
+        for name in ("bleu", "chrf", "exact_match"):
+            value = entry.get(f"{prefix}{name}")
+            if value is not None and not number(value):
+                raise ValueError(f"`{prefix}{name}` of result {index}{where} is not a number: {value!r}")
+    for index, sample in enumerate(facts.get("samples") or [], 1):
+        fields = [sample.get(key) for key in ("source", "reference", "hypothesis")] if isinstance(sample, dict) else (
+            sample if isinstance(sample, list) and len(sample) == 3 else [None])
+        if not all(isinstance(field, str) for field in fields):
+            raise ValueError(f"sample {index}{where} needs the strings `source`, `reference` and `hypothesis`")
+    for index, variant in enumerate(facts.get("variants") or [], 1):
+        if not (isinstance(variant, dict) and number(variant.get("bleu")) and variant.get("model")):
+            raise ValueError(f"variant {index}{where} needs a `model` and a numeric `bleu`")
+        if variant.get("chrf") is not None and not number(variant["chrf"]):
+            raise ValueError(f"`chrf` of variant {index}{where} is not a number: {variant['chrf']!r}")
+    for index, figure in enumerate(facts.get("figures") or [], 1):
+        if not (isinstance(figure, dict) and isinstance(figure.get("file"), str)):
+            raise ValueError(f"figure {index}{where} needs a `file`, relative to the run folder")
+
+
+def _json_type(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
 
 
 def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -> dict:
@@ -230,10 +341,10 @@ def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -
     def value(name):
         return entry.get(f"{prefix}{name}", entry.get(name))
 
-    if value("bleu") is None:
-        raise ValueError(f"An evaluation result has no BLEU score (`bleu` or `test_bleu`): {sorted(entry)}.")
     split = entry.get("split") or _TRAINER_SPLITS.get(prefix, "test")
-    dataset = entry.get("dataset") or "held-out data"
+    # No name is made up for unnamed data: the card says it is not named, and its model-index, which names the data
+    # of every score it lists, leaves these scores out.
+    dataset = entry.get("dataset") or entry.get("dataset_id")
     dataset_id = entry.get("dataset_id")
     scores = {"bleu": value("bleu"), "chrf": value("chrf"), "exact_match": value("exact_match")}
     languages = f" ({source_lang} -> {target_lang})" if source_lang and target_lang else ""
@@ -250,7 +361,7 @@ def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -
             metric_value=round(float(scores[metric]), 2),
         )
         for metric, name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
-        if scores[metric] is not None
+        if scores[metric] is not None and dataset is not None
     ]
     return dict(
         dataset=dataset,
@@ -416,4 +527,14 @@ def _learning_rate(d_model: int, args: dict) -> str:
     return f"peak {rate:.3g}, `{args.get('lr_scheduler_type', 'linear')}` schedule, warm-up {warmup:,} steps"
 
 
-__all__ = ["CARD_TEMPLATE_PATH", "PAPER_CITATION", "TAGS", "model_card", "push_to_hub", "write_model_card"]
+__all__ = [
+    "CARD_TEMPLATE_PATH",
+    "PAPER_CITATION",
+    "RUN_RESULT_FILES",
+    "TAGS",
+    "model_card",
+    "push_to_hub",
+    "read_card_facts",
+    "write_model_card",
+    "write_repository",
+]

@@ -1,11 +1,14 @@
 """User errors: a mistake in what a command is given (a missing folder, a bad value, a file with a bad line) is a
 `UserError`, which the command line prints as one line and exits with status 2; and the checks of paths that commands
-run before any work."""
+run before any work, the Hub's reachability among them (a machine without a network is a fact to report, not a
+traceback or a minute of retries)."""
 
 import argparse
 import contextlib
+import difflib
 import os
 import re
+import threading
 from pathlib import Path
 
 
@@ -59,9 +62,14 @@ def check_model(
     value: str, *, config: bool = True, weights: bool = True, tokenizer: bool = True, hub: bool = True
 ) -> str:
     """`value` if it is a folder with the files asked for (`config.json`, weights, tokenizer files) or, with `hub`, a
-    Hub id USER/NAME whose first part is no local folder; otherwise a `UserError` naming what is wrong. Checked before
-    loading, so that a mistyped path is never sent to the Hub as a repository name, nor a folder without tokenizer
-    files blamed on a missing sentencepiece."""
+    Hub id USER/NAME that can be fetched; otherwise a `UserError` naming what is wrong. Checked before loading, so that
+    a mistyped path is never sent to the Hub as a repository name, nor a folder without tokenizer files blamed on a
+    missing sentencepiece.
+
+    A value is a path, never a Hub id, when it has more parts than USER/NAME, or its first part is a folder here or a
+    close misspelling of one (`ouputs/model`: "did you mean outputs/model?"). A Hub id is fetched only when the Hub
+    answers one quick request ([`hub_unreachable`]), or, in offline mode (`HF_HUB_OFFLINE=1`), when the cache holds
+    it: a machine without a network gets one line at once instead of a minute of huggingface_hub's retries."""
     folder = Path(value)
     if folder.is_dir():
         if config and not (folder / "config.json").is_file():
@@ -77,10 +85,154 @@ def check_model(
         return value
     if folder.exists():
         raise UserError(f"{value} is a file, not a folder")
-    if hub and HUB_ID.fullmatch(value) and not Path(value.split("/")[0]).exists():
+    if hub and HUB_ID.fullmatch(value) and not _looks_local(value):
+        from huggingface_hub import constants
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(value)
+        except HFValidationError as error:
+            raise UserError(f"no such folder: {value}, nor a valid Hub id: {describe(error)}") from None
+        if constants.is_offline_mode():
+            if not _in_cache(value):
+                raise UserError(f"{value} is no folder here, nor a model in the Hub cache (HF_HUB_OFFLINE is set)")
+        elif (reason := hub_unreachable()) is not None:
+            cached = "it is in the cache, which" if _in_cache(value) else "a model already in the cache"
+            raise UserError(
+                f"{value} is no folder here, and the Hub ({constants.ENDPOINT}) cannot be reached to fetch it as a "
+                f"model ({reason}); {cached} loads with HF_HUB_OFFLINE=1"
+            )
         return value
-    hint = " (a Hub model is named USER/NAME)" if hub and "/" not in value else ""
-    raise UserError(f"no such folder: {value}{hint}")
+    raise UserError(no_such_folder(value, hub_hint=hub))
+
+
+def no_such_folder(value: str, *, hub_hint: bool = False) -> str:
+    """The message for a missing folder `value`, with the existing folder it most likely misspells, if any."""
+    if (near := close_folder(value)) is not None:
+        return f"no such folder: {value} (did you mean {near}?)"
+    first = Path(value).parts[0] if Path(value).parts else value
+    if not Path(first).exists() and (near := close_folder(first)) is not None:
+        return f"no such folder: {value} (did you mean a folder in {near}?)"
+    hint = " (a Hub model is named USER/NAME)" if hub_hint and "/" not in value else ""
+    return f"no such folder: {value}{hint}"
+
+
+def _looks_local(value: str) -> bool:
+    """Whether USER/NAME `value` names a path: its first part is a folder here, or a close misspelling of one."""
+    first = value.split("/")[0]
+    return Path(first).exists() or close_folder(first) is not None
+
+
+def close_folder(value: str) -> str | None:
+    """The existing folder that the missing path `value` most likely misspells, each missing part replaced by the
+    closest name among the folders beside it (`difflib`, similarity 0.8 or more: `outputs` for `ouputs`, not
+    `notebook` for `facebook`); None when a part has no folder that close."""
+    folder, parts = Path(), Path(value).parts
+    for part in parts:
+        if (folder / part).is_dir():
+            folder = folder / part
+            continue
+        try:
+            names = [entry.name for entry in os.scandir(folder) if entry.is_dir() and not entry.name.startswith(".")]
+        except OSError:
+            return None
+        match = difflib.get_close_matches(part, names, n=1, cutoff=0.8)
+        if not match:
+            return None
+        folder = folder / match[0]
+    return str(folder) if parts and str(folder) != os.path.normpath(value) else None
+
+
+# The Hub's answer must come quickly: beyond this, the command stops instead of waiting on the network.
+HUB_PROBE_TIMEOUT = 5.0
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT) -> str | None:
+    """Why the Hub cannot be reached, or None when it answers, or when huggingface_hub is in offline mode (it then
+    answers from its cache at once, or says it cannot).
+
+    One HEAD request of the endpoint through huggingface_hub's own session (its proxies, certificates and
+    `HF_ENDPOINT`), without the retries of its downloads (five, about a minute on a machine without a network). Any
+    HTTP answer, an error status included, means the Hub can be reached. It runs in a thread waited on for
+    `timeout` seconds, since a name lookup that hangs is not bounded by the HTTP library's own timeout."""
+    from huggingface_hub import constants, get_session
+
+    if constants.is_offline_mode():
+        return None
+    outcome = {}
+
+    def probe():
+        try:
+            get_session().head(constants.ENDPOINT, timeout=timeout)
+        # Any failure of the request means no answer. The exception classes are those of the HTTP library that
+        # huggingface_hub chose (httpx2 today, which are not OSErrors; requests before): none is named here.
+        except Exception as error:
+            outcome["reason"] = _reason(error)
+
+    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 1)
+    if thread.is_alive():
+        return f"no answer in {timeout:g} s"
+    return outcome.get("reason")
+
+
+def _reason(error: BaseException) -> str:
+    """A network error's message without its errno: "Name or service not known"."""
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", " ".join(str(error).split())) or type(error).__name__
+
+
+def _in_cache(repo_id: str) -> bool:
+    """Whether huggingface_hub's cache holds files of the Hub model `repo_id` (its config or tokenizer)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", *TOKENIZER_FILES))
+
+
+def is_network_error(error: BaseException) -> bool:
+    """Whether `error` is the network failing (a dropped connection, a timeout), as Python or as the HTTP library that
+    huggingface_hub uses raises it; that library is found from huggingface_hub's session, not named (its exception
+    classes are no OSErrors)."""
+    from huggingface_hub import get_session
+
+    library = type(get_session()).__module__.split(".")[0]
+    return isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.split(".")[0] == library
+
+
+@contextlib.contextmanager
+def hub_errors(action: str):
+    """Report what stops an exchange with the Hub inside as one-line `UserError`s that start with `action`: its
+    refusals (`HfHubHTTPError`, an `OSError`: no token, no access, no such repository), a bad value (`ValueError`)
+    and the network failing on the way (see [`is_network_error`]). Anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as error:
+        if not isinstance(error, (OSError, ValueError)) and not is_network_error(error):
+            raise
+        raise UserError(f"{action}: {describe_hub_error(error)}") from error
+
+
+def describe_hub_error(error: BaseException) -> str:
+    """An error of an exchange with the Hub as one line: an HTTP answer by its status, request and the server's
+    message, with what to do about a token the Hub refused; a network failure as such."""
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(status, int):
+        try:
+            to = f" to {response.request.method} {response.request.url}"
+        except (AttributeError, RuntimeError):  # httpx's Response without its request raises RuntimeError
+            to = ""
+        server = " ".join((getattr(error, "server_message", None) or "").split())
+        message = f"the Hub answered {status} {getattr(response, 'reason_phrase', '')}".rstrip() + to
+        message += f": {server}" if server else ""
+        if status in (401, 403):
+            message += " (a token with write access: `hf auth login`, HF_TOKEN or --token)"
+        return message
+    if is_network_error(error) and not isinstance(error, OSError):
+        return f"the connection to the Hub failed ({_reason(error)})"
+    return describe(error)
 
 
 def check_input_file(path: str | None) -> int | None:
@@ -94,18 +246,23 @@ def check_input_file(path: str | None) -> int | None:
         return sum(1 for _ in iter_lines(path))
 
 
-def check_output_file(path: str | None) -> None:
-    """`path` (standard output when None or "-") can be written: its folder exists and is writable, and an existing
-    `path` is a file that may be replaced."""
+def check_output_file(path: str | None, *, new_folders: bool = False) -> None:
+    """`path` (standard output when None or "-") can be written: its folder exists (or, with `new_folders`, can be
+    created) and is writable, and an existing `path` is a file that may be replaced."""
     if path is None or path == "-":
         return
     target = Path(path)
     if target.is_dir():
         raise UserError(f"{path} is a folder; give the name of a file to write")
-    if not target.parent.is_dir():
-        raise UserError(f"no such folder: {target.parent} (to write {path} in)")
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write in the folder {target.parent} (permission denied)")
+    folder = target.parent
+    while new_folders and not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folder the new ones will be made in
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"cannot write {path}: {folder} is a file, not a folder")
+    if not folder.is_dir():
+        raise UserError(no_such_folder(str(folder)) + f" (to write {path} in)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write in the folder {folder} (permission denied)")
     if target.exists() and not os.access(target, os.W_OK):
         raise UserError(f"{path} is read-only")
 
@@ -136,7 +293,13 @@ def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
     tokenizer = tokenizer or model
     with user_errors(OSError, ValueError):
         config = PretrainedConfig.get_config_dict(model)[0]
+    keys = ["vocab_size", *(key for _, keys in SPECIAL_TOKENS for key in keys)]
+    if all(config.get(key) is None for key in keys):
+        return  # nothing to hold the tokenizer against
+    try:
         loaded = AutoTokenizer.from_pretrained(tokenizer)
+    except (OSError, ValueError, KeyError, TypeError) as error:  # transformers reading files that are not a tokenizer's
+        raise UserError(f"cannot read the tokenizer in {tokenizer}: {describe(error)}") from error
     where = "its tokenizer" if tokenizer == model else f"the tokenizer {tokenizer}"
     vocab_size = config.get("vocab_size")
     if vocab_size is not None and len(loaded) > vocab_size:
