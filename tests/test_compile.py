@@ -7,12 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
-from transformers import DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, bucket_length, compiled_decoding, default_mode
-from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, paper_training_arguments
 from vanilla_transformer.translate import translate_lines
 
 
@@ -82,21 +80,10 @@ def test_the_default_mode_uses_cuda_graphs_on_a_gpu_only():
 
 
 @pytest.fixture(scope="module")
-def number_words_model(tokenized, tokenizer, tmp_path_factory):
-    """A small model trained with the package's recipe until its translations are mostly right: trained weights make
-    peaked, length-dependent scores, where beam search's choices and early ends differ from a random model's. On the
-    shared `corpus`, 400 steps get 367 of its 500 held-out numbers right in greedy search (300 steps, only 221)."""
-    torch.manual_seed(0)
-    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=len(tokenizer), d_model=64, dropout=0.0,
-                                                  encoder_ffn_dim=128, decoder_ffn_dim=128)
-    model = VanillaTransformerForConditionalGeneration(config)
-    args = paper_training_arguments(
-        str(tmp_path_factory.mktemp("run")), d_model=64, warmup_steps=30, lr_scale=0.5, max_steps=400,
-        report_to=[], save_strategy="no", disable_tqdm=True, predict_with_generate=False,
-    )
-    TokenBatchSeq2SeqTrainer(model=model, args=args, train_dataset=tokenized["train"], max_tokens=1024,
-                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model)).train()
-    return model.eval()
+def number_words_model(number_words_model_dir):
+    """conftest's trained number-words model: trained weights make peaked, length-dependent scores, where beam
+    search's choices and early ends differ from a random model's."""
+    return VanillaTransformerForConditionalGeneration.from_pretrained(number_words_model_dir).eval()
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """CTranslate2 export and the `ct2` backend: CTranslate2 scores targets as the model does and searches as `generate()`
-(greedy, and beam search with transformers' length penalty); GNMT re-ranks what its beam search finished."""
+(greedy, and beam search with transformers' length penalty); GNMT re-ranks what its beam search finished, and the
+backend searches on where CTranslate2 alone would stop, as `generate()`'s early_stopping="never" does."""
 
 import pytest
 import torch
@@ -132,45 +133,74 @@ def test_ct2_backend_translates_as_the_torch_backend_with_greedy_search(request,
     assert translations[2] == translations[-1] == ""
 
 
+@pytest.mark.parametrize("early_stopping", [True, "never"])
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
-def test_beam_search_matches_generate_with_transformers_length_penalty(lively_model, alpha):
-    """CTranslate2's length penalty is transformers': log P(Y|X) / |Y|^alpha, with |Y| counting </s>; it stops once
-    4 hypotheses are finished, which is transformers' early_stopping=True."""
+def test_beam_search_matches_generate_with_transformers_length_penalty(lively_model, alpha, early_stopping):
+    """CTranslate2's length penalty is transformers': log P(Y|X) / |Y|^alpha, with |Y| counting </s>. Its own stop,
+    once 4 hypotheses are finished, is transformers' early_stopping=True; for "never" the backend searches on."""
     model_dir, ct2_dir = lively_model
     options = dict(num_beams=4, length_penalty=alpha, length_penalty_type="transformers", max_new_tokens=MAX_NEW_TOKENS,
-                   early_stopping=True)
+                   early_stopping=early_stopping)
     translations = BACKENDS["ct2"](ct2_dir, "cpu")(SENTENCES, **options)
     assert len(set(translations)) > 2
     assert translations == BACKENDS["torch"](model_dir, "cpu")(SENTENCES, **options)
 
 
+@pytest.mark.parametrize("which", ["paper_model", "lively_model"])
+def test_beam_search_matches_generate_with_the_papers_decoding(request, which):
+    """The saved generation config's: beam 4, GNMT's penalty with alpha 0.6, "never", source + 50 tokens at most."""
+    model_dir, ct2_dir = request.getfixturevalue(which)
+    translations = BACKENDS["ct2"](ct2_dir, "cpu")(SENTENCES)
+    assert translations == BACKENDS["torch"](model_dir, "cpu")(SENTENCES)
+
+
 def test_gnmt_length_penalty_reranks_the_finished_hypotheses(lively_model, tokenizer):
+    """The translation is the hypothesis with the best GNMT score, from the PyTorch model's probabilities, of all those
+    CTranslate2's whole search finishes (its best 4 by log P(Y|X) / |Y|^beta, for several beta), where CTranslate2's
+    own penalty (beta = alpha) prefers another for some sentences."""
     model_dir, ct2_dir = lively_model
     model, translator = load(model_dir), ctranslate2.Translator(str(ct2_dir))
     alpha = 1.0  # where the two penalties pick different hypotheses of this model
     options = dict(num_beams=4, length_penalty=alpha, max_new_tokens=MAX_NEW_TOKENS)
     translations = BACKENDS["ct2"](ct2_dir, "cpu")(SENTENCES, **options)  # GNMT: the saved generation config's
 
-    results = translator.translate_batch(
-        [tokens_of(tokenizer, text) for text in SENTENCES],
-        beam_size=4,
-        num_hypotheses=4,
-        length_penalty=alpha,
-        max_decoding_length=MAX_NEW_TOKENS,
-        min_decoding_length=0,
-        return_end_token=True,
-    )
+    sources = [tokens_of(tokenizer, text) for text in SENTENCES]
+    search = dict(beam_size=4, num_hypotheses=4, max_decoding_length=MAX_NEW_TOKENS, min_decoding_length=0,
+                  return_end_token=True, patience=MAX_NEW_TOKENS + 1)  # no stop before MAX_NEW_TOKENS
+    own_best, candidates = [], [[] for _ in SENTENCES]
+    for beta in (alpha, 0.75 * alpha, 0.5 * alpha, 0.25 * alpha, 0.01):
+        for found, result in zip(candidates, translator.translate_batch(sources, length_penalty=beta, **search)):
+            found += [tokenizer.convert_tokens_to_ids(tokens) for tokens in result.hypotheses]
+            if beta == alpha:
+                own_best.append(found[0])
+
     def gnmt_score(text, ids):
-        """From the PyTorch model's probabilities."""
         return log_probs(model, tokenizer, text, ids).sum() / gnmt_length_penalty(len(ids), alpha)
 
     reranked = 0
-    for text, result, translation in zip(SENTENCES, results, translations):
-        hypotheses = [tokenizer.convert_tokens_to_ids(tokens) for tokens in result.hypotheses]
-        best = max(hypotheses, key=lambda ids: gnmt_score(text, ids))
+    for text, found, own, translation in zip(SENTENCES, candidates, own_best, translations):
+        best = max(found, key=lambda ids: gnmt_score(text, ids))
         assert translation == tokenizer.decode(best, skip_special_tokens=True).strip()
-        reranked += best != hypotheses[0]
+        reranked += best != own
     assert reranked  # GNMT chose other hypotheses than CTranslate2's own penalty did
+
+
+@pytest.mark.slow
+def test_beam_search_gives_generates_translations_on_a_trained_model(number_words_model_dir, corpus, tmp_path):
+    """On a trained model the first 4 hypotheses to finish are often early endings of the right translation
+    ("deux cent on" for "deux cent onze"): CTranslate2's own stop (early_stopping=True) keeps them, while generate()'s
+    "never", the paper's and the saved default, searches on. The backend searches on as generate() does and gives its
+    translations of the held-out numbers: greedy, and beam 4 with either length penalty."""
+    ct2_dir = export_ctranslate2(number_words_model_dir, tmp_path / "ct2")
+    torch_translate, ct2_translate = BACKENDS["torch"](number_words_model_dir, "cpu"), BACKENDS["ct2"](ct2_dir, "cpu")
+    sources = [pair["en"] for pair in corpus["test"]["translation"]]
+    for options in (dict(num_beams=1), dict(length_penalty_type="transformers", length_penalty=1.0), {}):
+        expected = torch_translate(sources, batch_size=64, **options)
+        assert ct2_translate(sources, batch_size=64, **options) == expected, options
+    # The whole search, to the maximum length, chooses the same: the staged search stops only where nothing can win.
+    assert ct2_translate(sources, batch_size=64, patience=100) == expected
+    stopped_early = ct2_translate(sources, batch_size=64, early_stopping=True)
+    assert sum(early != translation for early, translation in zip(stopped_early, expected)) > len(sources) // 10
 
 
 def test_export_writes_a_self_contained_folder(paper_model, tokenizer):

@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -116,9 +117,9 @@ def ct2_translate_lines(
     - `length_penalty` (alpha, 0.6) and `length_penalty_type`: CTranslate2's own penalty is transformers' formula,
       finished hypotheses ranked by `log P(Y|X) / |Y|^alpha` (`"transformers"`; `|Y|` counts `</s>`). With `"gnmt"`
       (the paper's) the hypotheses CTranslate2's search finished are re-ranked by `log P(Y|X) / ((5 + |Y|) / 6)^alpha`.
-      The search itself ranks candidates by `log P(Y|X)`, as transformers' does, but CTranslate2 stops once
-      `beam_size` hypotheses are finished, while `generate()` stops when no running hypothesis can still win
-      (`early_stopping="never"`), so the two may finish different hypotheses.
+    - `early_stopping`: CTranslate2 stops once `beam_size` hypotheses are finished, as `True` does. With `"never"`
+      (the paper's) and `False`, the search goes on as `generate()`'s `"never"` does, until no running hypothesis can
+      beat the best finished one (`Ct2Search`). A `patience` option is CTranslate2's own stop instead.
     - `max_new_tokens`: CTranslate2's `max_decoding_length`. Left out, each output ends at the latest after its source
       length + `max_length_over_source` (50) tokens, `</s>` included; as CTranslate2 takes one maximum length per
       call, batches then hold sentences of one length. Where `generate()` ends an output at the limit with `</s>`,
@@ -133,7 +134,7 @@ def ct2_translate_lines(
     generation_config = generation_config or GenerationConfig(**PAPER_DECODING)
     settings = resolve_decoding_settings(None, options, defaults=generation_config)
     options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
-    search, gnmt_alpha = ct2_search(settings, options)
+    search = ct2_search(settings, options, tokenizer.eos_token)
 
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     if not to_translate:
@@ -143,34 +144,137 @@ def ct2_translate_lines(
     with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
         for batch, max_length in batches:
             sources = [tokenizer.convert_ids_to_tokens(input_ids[k]) for k in batch]
-            for k, result in zip(batch, _translate_batch(translator, sources, max_length, search)):
-                tokens = result.hypotheses[0] if gnmt_alpha is None else _best_gnmt_hypothesis(result, gnmt_alpha)
+            for k, tokens in zip(batch, search.best_hypotheses(translator, sources, max_length)):
                 text = tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
                 translations[to_translate[k]] = text.strip()
             bar.update(len(batch))
     return translations
 
 
-def ct2_search(settings: dict, options: dict) -> tuple[dict, float | None]:
-    """`Translator.translate_batch`'s search arguments for `generate()`'s decoding `settings` (as resolved), with the
-    other `options` as given, and the alpha by which to re-rank the finished hypotheses with GNMT's length penalty
-    (the paper's), or None where CTranslate2's own ranking stands."""
+def ct2_search(settings: dict, options: dict, end_token: str) -> "Ct2Search":
+    """CTranslate2's search for `generate()`'s decoding `settings` (as resolved), with the other `translate_batch`
+    `options` as given; `end_token` is the model's `</s>`."""
     num_beams = settings["num_beams"] or 1
     alpha = 1.0 if settings["length_penalty"] is None else settings["length_penalty"]
-    # With GNMT, every finished hypothesis comes back with its score, to be re-ranked.
-    rerank = settings["length_penalty_type"] == "gnmt" and num_beams > 1 and alpha != 0
-    # CTranslate2 has one stopping rule, transformers' early_stopping=True: stop once beam_size hypotheses are finished.
+    gnmt = settings["length_penalty_type"] == "gnmt"
+    # Without a length penalty CTranslate2 stops once its best candidate ends, when nothing can beat the best
+    # finished hypothesis any more: "never"'s choice.
+    staged = num_beams > 1 and alpha != 0 and settings["early_stopping"] is not True and "patience" not in options
+    scored = num_beams > 1 and alpha != 0 and (gnmt or staged)
     search = dict(
         beam_size=num_beams,
         length_penalty=alpha,
-        num_hypotheses=num_beams if rerank else 1,
-        return_scores=rerank,
+        num_hypotheses=num_beams if scored else 1,
+        return_scores=scored,
         return_end_token=True,  # so |Y| counts </s>, as in generate(); decoding drops it
         min_decoding_length=0,  # generate() may end with </s> at once
         max_input_length=0,  # translate whole sentences, as the PyTorch backend does
     )
     search.update(options)
-    return search, alpha if rerank else None
+    return Ct2Search(search, alpha, gnmt and scored, staged, end_token)
+
+
+# A staged search first decodes to the source length + this many tokens: most translations end by then.
+FIRST_STAGE_MARGIN = 5
+
+
+@dataclass(frozen=True)
+class Ct2Search:
+    r"""
+    CTranslate2's beam search run to give `generate()`'s translation: `options` are `Translator.translate_batch`'s
+    arguments but `max_decoding_length`; `alpha` and `gnmt` give the length penalty that ranks finished hypotheses;
+    `staged` searches on as `generate()`'s `early_stopping="never"` does; `end_token` is `</s>`.
+
+    CTranslate2 extends and keeps candidates by `log P(Y|X)` as transformers does. It returns its `num_hypotheses`
+    best finished hypotheses by `log P(Y|X) / |Y|^beta`, transformers' penalty with `beta = alpha`; with `gnmt` they
+    are re-ranked by GNMT's `log P(Y|X) / lp(Y)` (`_ranking_exponent` chooses beta). It stops once
+    `round(beam_size * patience)` hypotheses are finished: with `patience` 1, transformers' `early_stopping=True`.
+    `generate()`'s "never" (tensor2tensor's "terminate early when possible") stops only once no running hypothesis can
+    beat the finished ones even at the longest length. On a trained model the first `beam_size` hypotheses to finish
+    are often early endings of the right translation, which finishes after them: CTranslate2's stop keeps the wrong
+    ones. It has no stop like "never", so a `staged` search decodes to a length with no stop on the count and checks
+    the bound itself (`_settled_best`); sentences it cannot settle are decoded again to twice the length, at most to
+    the maximum length, where the whole search has run. The bound is `generate()`'s, so this gives the translation of
+    the whole search, as `generate()` does, unless GNMT's best is not among those CTranslate2 returns.
+    """
+
+    options: dict
+    alpha: float
+    gnmt: bool
+    staged: bool
+    end_token: str
+
+    def best_hypotheses(self, translator, sources: list[list[str]], max_length: int) -> list[list[str]]:
+        """The best translation (tokens, with the `</s>` it ended with) of each of `sources` (tokens), of at most
+        `max_length` tokens."""
+        if not self.options["return_scores"]:  # CTranslate2's ranking stands
+            return [result.hypotheses[0] for result in _translate_batch(translator, sources, max_length, self.options)]
+        exponent = self._ranking_exponent(max(len(source) for source in sources))
+        if not self.staged:
+            return [self._best(hypotheses) for hypotheses in self._search(translator, sources, max_length, exponent)]
+        best: list[list[str] | None] = [None] * len(sources)
+        pending = list(range(len(sources)))
+        length = min(max(len(source) for source in sources) + FIRST_STAGE_MARGIN, max_length)
+        while pending:
+            # At most beam_size hypotheses finish a step: this patience never stops the search before `length`.
+            found = self._search(translator, [sources[i] for i in pending], length, exponent, patience=length + 1)
+            unsettled = []
+            for i, hypotheses in zip(pending, found):
+                if length == max_length:  # the whole search has run, hypotheses cut at the limit included
+                    best[i] = self._best(hypotheses)
+                else:
+                    best[i] = self._settled_best(hypotheses, length, max_length, exponent)
+                    if best[i] is None:
+                        unsettled.append(i)
+            pending, length = unsettled, min(2 * length, max_length)
+        return best
+
+    def _ranking_exponent(self, source_length: int) -> float:
+        """The `beta` by which CTranslate2 ranks finished hypotheses, `log P(Y|X) / |Y|^beta`, to choose the
+        `num_hypotheses` it returns. For transformers' penalty, alpha: its own ranking. GNMT's lp(Y) grows near a
+        length n as |Y|^(alpha n / (5 + n)); with n the source length, near which most translations end, CTranslate2
+        ranks as GNMT does but between lengths far apart, so that GNMT's best is among those returned (with beta =
+        alpha, four longer hypotheses can outrank a short best one)."""
+        if not self.gnmt:
+            return self.alpha
+        return self.alpha * source_length / (5 + source_length)
+
+    def _search(self, translator, sources, max_length: int, exponent: float, **options) -> list[list[tuple]]:
+        """The hypotheses CTranslate2 returns for each of `sources`, best first by `log P(Y|X) / |Y|^exponent`, as
+        (tokens, log P(Y|X))."""
+        options = {**self.options, "length_penalty": exponent, **options}
+        return [
+            [(tokens, score * len(tokens) ** exponent) for tokens, score in zip(result.hypotheses, result.scores)]
+            for result in _translate_batch(translator, sources, max_length, options)
+        ]
+
+    def _penalty(self, length: int) -> float:
+        """`generate()`'s length penalty of `length` tokens: GNMT's lp(Y), or transformers' |Y|^alpha."""
+        return gnmt_length_penalty(length, self.alpha) if self.gnmt else length**self.alpha
+
+    def _best(self, hypotheses: list[tuple]) -> list[str]:
+        return max(hypotheses, key=lambda pair: pair[1] / self._penalty(len(pair[0])))[0]
+
+    def _settled_best(self, hypotheses: list[tuple], length: int, max_length: int, exponent: float):
+        """The best hypothesis that ended among `hypotheses`, from a search stopped at `length` tokens, short of
+        `max_length`, if no hypothesis still running there can beat it by `max_length`; else None."""
+        ended = [pair for pair in hypotheses if pair[0][-1:] == [self.end_token]]
+        if not ended:
+            return None
+        tokens, log_prob = max(ended, key=lambda pair: pair[1] / self._penalty(len(pair[0])))
+        # The search registered the beam_size best candidates of its last step, all `length` tokens long; the first,
+        # returned unless num_hypotheses others outrank it, is at least as likely as every hypothesis still running.
+        last_step = [pair[1] for pair in hypotheses if len(pair[0]) == length]
+        if last_step:
+            running = max(last_step)
+        elif len(hypotheses) == self.options["num_hypotheses"]:  # all outrank it, the last returned the least
+            running = hypotheses[-1][1] / len(hypotheses[-1][0]) ** exponent * length**exponent
+        else:
+            return None
+        # log P(Y|X) only falls as Y grows, and the penalty is monotone in |Y|: the best score still possible is at
+        # the shortest or the longest length to come (generate() ends the longest with </s>: max_length + 1).
+        best_possible = max(running / self._penalty(n) for n in (length + 1, max_length + 1))
+        return tokens if log_prob / self._penalty(len(tokens)) >= best_possible else None
 
 
 def ct2_batches(
@@ -203,16 +307,6 @@ def _translate_batch(translator, sources: list[list[str]], max_length: int, sear
             f"{error}: the CTranslate2 model has a fixed number of positions; export it again with a larger "
             "--max-positions, or shorten the input or max_new_tokens"
         ) from error
-
-
-def _best_gnmt_hypothesis(result, alpha: float) -> list[str]:
-    """The finished hypothesis with the best GNMT score, from CTranslate2's scores `log P(Y|X) / |Y|^alpha`."""
-
-    def gnmt_score(hypothesis_and_score):
-        tokens, score = hypothesis_and_score
-        return score * len(tokens) ** alpha / gnmt_length_penalty(len(tokens), alpha)
-
-    return max(zip(result.hypotheses, result.scores), key=gnmt_score)[0]
 
 
 # How the commands run a model folder: a backend loads it (folder, device) and returns its translate function.
