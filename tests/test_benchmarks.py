@@ -261,3 +261,24 @@ def test_recipe_speed_smoke_passes_unknown_flags_to_train(data_dir, tmp_path):
     for row in rows:
         assert float(row[3]) > 0 and float(row[5]) > 0
     assert "none / . all:" in result.stdout
+
+@pytest.mark.slow
+def test_onnx_speed_smoke(data_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    stdout, report = run_smoke("onnx_speed", data_dir, tmp_path)
+    header, *rows = table_rows(stdout)
+    assert header[3:] == ["PyTorch eager tok/s", "ORT float32 tok/s", "ORT int8 tok/s", "CT2 float32 tok/s",
+                          "ORT float32 / PyTorch eager", "ORT int8 / CT2 float32"]
+    assert [(row[0], row[1]) for row in rows] == [("greedy", "1"), ("greedy", "32"), ("beam 4", "1"), ("beam 4", "32")]
+    engines = ["torch", "ort_float32", "ort_int8", "ct2_float32"]
+    for result, row in zip(report["results"]["tiny"], rows):
+        assert all(result[engine]["median"] > 0 for engine in engines)
+        ratios = [result["ort_float32_over_torch"], result["ort_int8_over_ct2_float32"]]
+        assert ratios == pytest.approx([result["ort_float32"]["median"] / result["torch"]["median"],
+                                        result["ort_int8"]["median"] / result["ct2_float32"]["median"]])
+        assert row[-2:] == [f"{ratio:.2f}" for ratio in ratios]
+        # Forced lengths: every engine decodes exactly N tokens for every sentence.
+        expected = result["sentences"] * report["settings"]["new_tokens"]
+        assert [result[engine]["generated_tokens"] for engine in engines] == [expected] * 4
+    assert "ORT float32 >= 1.5x PyTorch eager at batch size 1: " in stdout
+    assert "ORT int8 >= 1x CT2 float32 in every cell: " in stdout

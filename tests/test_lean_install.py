@@ -1,4 +1,4 @@
-"""The core install: without the optional packages of the extras (train, ct2, plots), the package imports, a model
+"""The core install: without the optional packages of the extras (train, ct2, onnx, plots), the package imports, a model
 saves, loads, generates and translates through `pipeline()` and the translate command, and the features of a missing
 extra say in one line which extra installs them."""
 
@@ -16,6 +16,9 @@ pytestmark = pytest.mark.slow  # a fresh interpreter importing the package witho
 # The packages of the extras, and what only they bring in: a core install has none of them.
 OPTIONAL_PACKAGES = [
     "ctranslate2",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
     "matplotlib",
     "num2words",
     "sacremoses",
@@ -84,6 +87,9 @@ for label, argv in (
     ("export-ct2", ["export-ct2", "--model", str(folder / "model"), "--out", str(folder / "ct2")]),
     ("translate --backend ct2",
      ["translate", "--backend", "ct2", "--model", str(folder / "model"), "--input", str(folder / "in.txt")]),
+    ("export-onnx", ["export-onnx", "--model", str(folder / "model"), "--out", str(folder / "onnx")]),
+    ("translate --backend onnx",
+     ["translate", "--backend", "onnx", "--model", str(folder / "model"), "--input", str(folder / "in.txt")]),
     ("train", ["train", "--max-steps", "1"]),
 ):
     with contextlib.redirect_stderr(io.StringIO()) as errors:
@@ -119,7 +125,8 @@ def test_core_features_work_without_the_optional_packages(tmp_path):
     ]
     assert report["loaded"] == []
     # A feature of a missing extra: status 2 and one line naming the extra to install.
-    for command, extra in (("export-ct2", "ct2"), ("translate --backend ct2", "ct2"), ("train", "train")):
+    for command, extra in (("export-ct2", "ct2"), ("translate --backend ct2", "ct2"), ("export-onnx", "onnx"),
+                           ("translate --backend onnx", "onnx"), ("train", "train")):
         status, message = report["refused"][command]
         assert status == 2 and message.endswith("\n") and "\n" not in message[:-1], (command, message)
         message = message[:-1]

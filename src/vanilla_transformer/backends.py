@@ -4,8 +4,10 @@ onto a device and returns a `translate(lines, **options)` function, looked up by
 - `torch`: a folder as `save_pretrained` writes it, run by transformers' `generate()` (`translate.translate_lines`).
 - `ct2`: a folder written by `vanilla-transformer export-ct2`, run by CTranslate2's search (`ct2_translate_lines`);
   needs the `ct2` extra.
+- `onnx`: a folder written by `vanilla-transformer export-onnx`, run by ONNX Runtime behind transformers' `generate()`
+  (`onnx_model.py`, then `translate.translate_lines` as for `torch`); needs the `onnx` extra.
 
-Both batch alike (`batching.length_sorted_batches`) and read the decoding settings as `generate()` reads them.
+All batch alike (`batching.length_sorted_batches`) and read the decoding settings as `generate()` reads them.
 """
 
 import functools
@@ -22,7 +24,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig,
 from .batching import length_sorted_batches
 from .extras import require
 from .generation_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
-from .translate import tokenize_lines, translate_lines
+from .translate import InputTooLongError, tokenize_lines, translate_lines
 
 
 PathLike = str | os.PathLike
@@ -45,11 +47,6 @@ def torch_translator(model_dir: PathLike, device: str | None = None) -> Translat
 
 
 # --- ct2 -----------------------------------------------------------------------------------------------------------
-
-
-class InputTooLongError(RuntimeError):
-    """A source or output longer than the position table an `export-ct2` folder stores (its `--max-positions`)."""
-
 
 
 def ct2_translator(model_dir: PathLike, device: str | None = None) -> Translator:
@@ -309,8 +306,31 @@ def _translate_batch(translator, sources: list[list[str]], max_length: int, sear
         ) from error
 
 
+# --- onnx ----------------------------------------------------------------------------------------------------------
+
+
+def onnx_translator(model_dir: PathLike, device: str | None = None) -> Translator:
+    """The ONNX folder `model_dir` (from `onnx_export.export_onnx`) loaded into ONNX Runtime on `device` (default: the
+    CPU), as `translate_lines` bound to its model and tokenizer: the torch backend's batching and `generate()`."""
+    from .onnx_model import VanillaTransformerORTForConditionalGeneration
+
+    model = VanillaTransformerORTForConditionalGeneration.from_pretrained(model_dir, device=device)
+    return functools.partial(translate_lines, model, AutoTokenizer.from_pretrained(model_dir))
+
+
 # How the commands run a model folder: a backend loads it (folder, device) and returns its translate function.
-BACKENDS: dict[str, Callable[[PathLike, str | None], Translator]] = {"torch": torch_translator, "ct2": ct2_translator}
+BACKENDS: dict[str, Callable[[PathLike, str | None], Translator]] = {
+    "torch": torch_translator,
+    "ct2": ct2_translator,
+    "onnx": onnx_translator,
+}
 
 
-__all__ = ["BACKENDS", "InputTooLongError", "ct2_translate_lines", "ct2_translator", "torch_translator"]
+__all__ = [
+    "BACKENDS",
+    "InputTooLongError",
+    "ct2_translate_lines",
+    "ct2_translator",
+    "onnx_translator",
+    "torch_translator",
+]

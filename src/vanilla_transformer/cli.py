@@ -234,7 +234,7 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="DIR",
         help="A saved model folder (from train, average or save_pretrained) or a Hub id USER/NAME; with --backend "
-        "ct2, an export-ct2 folder.",
+        "ct2, an export-ct2 folder; with --backend onnx, an export-onnx folder.",
     )
     parser.add_argument(
         "--batch-size", type=_positive_int, default=32, metavar="N", help="Sentences per batch (sorted by length)."
@@ -271,7 +271,7 @@ def _translator(args: argparse.Namespace):
     torch_backend = args.backend == "torch"
     if args.compile and not torch_backend:
         raise UserError(f"--compile compiles PyTorch's decoding; --backend {args.backend} has its own")
-    # An export-ct2 folder holds model.bin, not transformers weights: the ct2 backend says what a folder lacks.
+    # Export folders hold no transformers weights: the ct2 and onnx backends say what a folder lacks.
     check_model(args.model, config=torch_backend, weights=torch_backend, hub=torch_backend)
     if torch_backend:
         check_tokenizer_fits(args.model)
@@ -532,6 +532,40 @@ def export_ct2_command(argv: list[str]) -> None:
     print(f"CTranslate2 model written to {args.out}")
 
 
+def export_onnx_command(argv: list[str]) -> None:
+    from .onnx_export import QUANTIZATIONS, export_onnx
+
+    parser = CommandParser(
+        prog="vanilla-transformer export-onnx",
+        description="Export a saved model to ONNX for ONNX Runtime (`translate --backend onnx`): encoder_model.onnx, "
+        "decoder_model.onnx and decoder_with_past_model.onnx, with the config, generation config and tokenizer.",
+    )
+    parser.add_argument(
+        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="The ONNX model folder to write.")
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        help="Quantize the weights with ONNX Runtime's dynamic quantization (default: float32, as trained).",
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=_positive_int,
+        default=2048,
+        metavar="N",
+        help="Rows of the stored sinusoidal position table: the longest source or output, in tokens (default: 2048).",
+    )
+    parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
+    args = parser.parse_args(argv)
+    check_model(args.model, hub=False)
+    check_tokenizer_fits(args.model)
+    check_output_folder(args.out)
+    with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
+        export_onnx(args.model, args.out, args.quantize, args.max_positions, force=args.force)
+    print(f"ONNX model written to {args.out}")
+
+
 # Each command with its one-line summary, in the order `--help` lists them.
 COMMANDS = {
     "train": (train_command, "Train or fine-tune a translation model with the paper's recipe (no data: a demo)."),
@@ -539,6 +573,7 @@ COMMANDS = {
     "translate": (translate_command, "Translate a file or standard input, one line per sentence."),
     "evaluate": (evaluate_command, "Translate a test set and score it with sacreBLEU: BLEU and chrF."),
     "export-ct2": (export_ct2_command, "Convert a saved model to CTranslate2 for fast CPU and GPU inference."),
+    "export-onnx": (export_onnx_command, "Export a saved model to ONNX, for ONNX Runtime and generate()."),
     "plot-attention": (plot_attention_command, "Draw a sentence's attention weights as heatmaps (figures 3-5)."),
     "model-card": (model_card_command, "Write the Hub model card (README.md) of a saved model."),
     "push": (push_command, "Upload a saved model, its tokenizer, code and model card to the Hub."),

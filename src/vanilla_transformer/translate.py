@@ -21,6 +21,11 @@ from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, co
 logger = logging.getLogger(__name__)
 
 
+class InputTooLongError(RuntimeError):
+    """A source or output longer than the position table an `export-ct2` or `export-onnx` folder stores (its
+    `--max-positions`); raised by the `ct2` and `onnx` backends (`backends.py`)."""
+
+
 def translate_lines(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -177,4 +182,4 @@ def _warn_long_lines(numbered_lengths: list[tuple[int, int]], limit: int) -> Non
     )
 
 
-__all__ = ["CHUNK_LINES", "tokenize_lines", "translate_in_chunks", "translate_lines"]
+__all__ = ["CHUNK_LINES", "InputTooLongError", "tokenize_lines", "translate_in_chunks", "translate_lines"]

@@ -56,6 +56,7 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 CT2_WEIGHTS = "model.bin"  # what CTranslate2's converters write
+ONNX_ENCODER = "encoder_model.onnx"  # what export-onnx writes, among others
 
 
 def check_model(
@@ -78,6 +79,10 @@ def check_model(
             if (folder / CT2_WEIGHTS).is_file():
                 raise UserError(
                     f"{value} is a CTranslate2 folder (from export-ct2): translate or evaluate it with --backend ct2"
+                )
+            if (folder / ONNX_ENCODER).is_file():
+                raise UserError(
+                    f"{value} is an ONNX folder (from export-onnx): translate or evaluate it with --backend onnx"
                 )
             raise UserError(f"{value} has no model weights ({WEIGHT_FILES[0]})")
         if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
