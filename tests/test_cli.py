@@ -240,7 +240,7 @@ def model_with_a_larger_tokenizer(tmp_path, tokenizer_dir):
     return folder
 
 
-@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "train", "push"])
+@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "export-onnx", "train", "push"])
 def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, model_with_a_larger_tokenizer,
                                                                      tmp_path, capsys):
     model = model_with_a_larger_tokenizer
@@ -248,6 +248,7 @@ def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, m
         "translate": ["--model", str(model)],
         "plot-attention": ["--model", str(model), "--source", "a cat", "--out", str(tmp_path / "plot.png")],
         "export-ct2": ["--model", str(model), "--out", str(tmp_path / "ct2")],
+        "export-onnx": ["--model", str(model), "--out", str(tmp_path / "onnx")],
         "train": ["--model-name-or-path", str(model), "--train-file", str(tmp_path / "pairs.tsv"),
                   "--output-dir", str(tmp_path / "run")],
         "push": ["--model", str(model), "--repo-id", "user/model", "--dry-run", str(tmp_path / "staged")],
@@ -256,7 +257,7 @@ def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, m
     err = run_main([command, *extra], capsys)
     assert err == (f"vanilla-transformer {command}: error: its tokenizer has 300 tokens but the model {model} has 128 "
                    "embedding rows (vocab_size): they were not made together\n")
-    assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "run", "staged"))
+    assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "onnx", "run", "staged"))
 
 
 def test_a_tokenizer_with_other_special_ids_is_named_in_one_line(model_with_a_larger_tokenizer, capsys):
