@@ -123,6 +123,28 @@ def test_trainer_batches_hold_at_most_max_tokens(tokenizer, tokenized, tmp_path)
     assert seen == len(tokenized["train"])
 
 
+def test_trainer_batches_by_the_lengths_its_collator_pads_to(tokenizer, tokenized, tmp_path):
+    """A collator that pads to multiples of 8: the budget counts the rounded lengths, and every epoch repeats the
+    first epoch's batch shapes (bucketed shapes)."""
+    model = small_model(tokenizer)
+    args = paper_training_arguments(str(tmp_path), d_model=64, warmup_steps=10, report_to=[], use_cpu=True)
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model, args=args, train_dataset=tokenized["train"], max_tokens=256,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=8),
+    )
+    loader = trainer.get_train_dataloader()
+    sampler = getattr(loader.batch_sampler, "batch_sampler", loader.batch_sampler)
+    assert sampler.pad_to_multiple_of == 8
+    shapes = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        shapes.append(sorted((*batch["input_ids"].shape, batch["labels"].shape[1]) for batch in loader))
+    assert shapes[0] == shapes[1] and len(set(shapes[0])) < len(shapes[0])
+    for rows, source_length, target_length in shapes[0]:
+        assert source_length % 8 == 0 and target_length % 8 == 0
+        assert rows * max(source_length, target_length) <= 256
+
+
 def test_bpe_dropout_trainer_sees_every_pair_once_an_epoch_in_a_new_segmentation(corpus, tokenizer, tmp_path):
     pairs = corpus["train"]["translation"]
     dataset = BPEDropoutDataset.from_translations(corpus["train"], "en", "fr", tokenizer, p=0.1, seed=5)
