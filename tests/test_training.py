@@ -426,6 +426,36 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
         parse_arguments(["--train_file", "pairs.tsv"])
 
 
+def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
+    """On a CPU: exact lengths, no compilation, batches collated in the training process. On a CUDA GPU: bucketed
+    shapes, a compiled model, two persistent dataloader workers. Fused Adam on both."""
+    from vanilla_transformer import train
+
+    own_data = ["--train_file", "pairs.tsv", "--output_dir", "out"]
+    trains_on_gpu = train.trains_on_gpu
+
+    def settings(argv):
+        _, data_args, _, args, _ = train.parse_arguments([*own_data, *argv])
+        return (data_args.pad_to_multiple_of, args.torch_compile, args.dataloader_num_workers,
+                args.dataloader_persistent_workers, args.optim)
+
+    monkeypatch.setattr(train, "trains_on_gpu", lambda argv, use_cpu: False)
+    assert settings([]) == (1, False, 0, False, "adamw_torch_fused")
+    monkeypatch.setattr(train, "trains_on_gpu", lambda argv, use_cpu: True)
+    assert settings([]) == (8, True, 2, True, "adamw_torch_fused")
+    assert settings(["--pad-to-multiple-of", "1", "--torch_compile", "false", "--dataloader_num_workers", "0"])[:3] == (
+        1, False, 0)
+
+    # The device: a CUDA GPU where one is available, unless --use-cpu says otherwise.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert trains_on_gpu([], use_cpu=False) and trains_on_gpu(["--use_cpu", "false"], use_cpu=True)
+    assert not trains_on_gpu(["--use-cpu"], use_cpu=False)
+    assert not trains_on_gpu(["--bf16", "--use_cpu=true"], use_cpu=False)
+    assert not trains_on_gpu([], use_cpu=True)  # the demo's default without a GPU, say
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not trains_on_gpu(["--use_cpu", "false"], use_cpu=False)
+
+
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
     from vanilla_transformer.train import load_data, parse_arguments
 
