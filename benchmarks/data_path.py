@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from common import REPO, DEFAULT_DATA_DIR, environment, environment_lines, markdown_table, read_lines
@@ -105,15 +106,21 @@ def print_report(report: dict) -> None:
 # --- One size, in its own process ----------------------------------------------------------------------------------
 
 
+def simulated_pairs(num_multi30k_pairs: int, pairs: int) -> Iterator[list[int]]:
+    """The corpus's pairs, each as the indices of the one to three Multi30k pairs it joins; pair k (from 1) is
+    numbered k. The same every time (`batch_shapes.py` counts the batches of this corpus)."""
+    rng = random.Random(0)
+    for _ in range(pairs):
+        yield rng.choices(range(num_multi30k_pairs), k=rng.choices((1, 2, 3), weights=(3, 4, 3))[0])
+
+
 def write_corpus(data_dir: Path, pairs: int, folder: Path) -> tuple[Path, Path]:
     """`pairs` pairs of one to three joined Multi30k pairs, numbered, as train.en.gz / train.de.gz in `folder`."""
     english, german = read_lines(data_dir / "train.en.gz"), read_lines(data_dir / "train.de.gz")
-    rng = random.Random(0)
     paths = folder / "train.en.gz", folder / "train.de.gz"
     with gzip.open(paths[0], "wt", encoding="utf-8", compresslevel=1) as source, \
             gzip.open(paths[1], "wt", encoding="utf-8", compresslevel=1) as target:
-        for number in range(1, pairs + 1):
-            picked = rng.choices(range(len(english)), k=rng.choices((1, 2, 3), weights=(3, 4, 3))[0])
+        for number, picked in enumerate(simulated_pairs(len(english), pairs), start=1):
             source.write(f"{number}. " + " ".join(english[index] for index in picked) + "\n")
             target.write(f"{number}. " + " ".join(german[index] for index in picked) + "\n")
     return paths

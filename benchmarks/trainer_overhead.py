@@ -104,7 +104,8 @@ def trainer_arguments(args, output_dir: str):
     """The `train` command's parsed arguments for the recipe, with this benchmark's settings last (the later wins)."""
     flags = [*recipe_flags(args.recipe), "--train_file", "unused.tsv", "--output_dir", output_dir,
              "--max_steps", str(args.steps), "--save_strategy", "no", "--eval_strategy", "no", "--report_to", "none",
-             "--disable_tqdm", "true", "--seed", str(args.seed), "--use_cpu", str(args.device == "cpu").lower()]
+             "--disable_tqdm", "true", "--seed", str(args.seed), "--use_cpu", str(args.device == "cpu").lower(),
+             "--torch_compile", "false"]  # the bare step is eager: on a GPU, the command's compiled model is not
     if args.smoke:
         shape = SIZES["tiny"]
         flags += ["--d_model", str(shape["d_model"]), "--layers", str(shape["layers"]), "--heads",

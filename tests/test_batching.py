@@ -151,6 +151,53 @@ def test_batches_are_length_homogeneous():
     assert grouped < 0.1 and grouped < random / 4, (grouped, random)
 
 
+# --- Bucketed shapes ------------------------------------------------------------------------------------------------
+
+
+def padded_shapes(batches, source, target, multiple=1):
+    """Each batch's (pairs, padded source length, padded target length), as a collator padding to `multiple` pads."""
+    round_up = lambda length: -(-int(length) // multiple) * multiple  # noqa: E731
+    return [(len(batch), round_up(source[batch].max()), round_up(target[batch].max())) for batch in batches]
+
+
+def test_bucketed_batches_mix_pairs_of_a_bucket_and_keep_their_padded_shapes_in_every_epoch():
+    source, target = multi30k_like_lengths(5000)
+    sampler = TokenBatchSampler(source, target, max_tokens=1000, pad_to_multiple_of=8)
+    epochs = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        epochs.append(list(sampler))
+    shapes = [sorted(padded_shapes(batches, source, target, 8)) for batches in epochs]
+    assert shapes[0] == shapes[1] == shapes[2]
+    assert len(set(shapes[0])) <= 20 < len(epochs[0])  # a few shapes, far fewer than batches
+    assert {length for shape in shapes[0] for length in shape[1:]} <= {8, 16, 24, 32, 40}
+    # Pairs whose lengths differ but round alike are ties: batches mix them anew every epoch, so padded exactly, the
+    # shapes of one epoch are not those of the next.
+    assert sorted(padded_shapes(epochs[0], source, target)) != sorted(padded_shapes(epochs[1], source, target))
+    # Exact lengths, for comparison: the same shapes every epoch too, but about as many as there are batches.
+    exact = TokenBatchSampler(source, target, max_tokens=1000)
+    assert len(set(padded_shapes(list(exact), source, target))) > 2 * len(set(shapes[0]))
+
+
+def test_bucketed_batches_collated_with_the_same_multiple_have_the_predicted_shapes():
+    source_lengths, target_lengths = multi30k_like_lengths(300)
+    sources = [" ".join(f"s{j}" for j in range(n)) for n in source_lengths]
+    targets = [" ".join(f"t{j}" for j in range(n)) for n in target_lengths]
+    tokenizer = tiny_tokenizer(" ".join(sources + targets).split())
+    tokenized = Dataset.from_dict({"input_ids": tokenizer(sources)["input_ids"],
+                                   "labels": tokenizer(text_target=targets)["input_ids"]})
+    sampler = TokenBatchSampler.from_dataset(tokenized, max_tokens=400, pad_to_multiple_of=8)
+    loader = DataLoader(tokenized, batch_sampler=sampler,
+                        collate_fn=DataCollatorForSeq2Seq(tokenizer, pad_to_multiple_of=8))
+    source, target = sampler.source_lengths, sampler.target_lengths
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        shapes = [(len(batch["input_ids"]), batch["input_ids"].shape[1], batch["labels"].shape[1]) for batch in loader]
+        sampler.set_epoch(epoch)
+        assert shapes == padded_shapes(list(sampler), source, target, 8)
+        assert all(pairs * max(lengths) <= 400 for pairs, *lengths in shapes)
+
+
 # --- Distributed: one global batch stream, sharded by accelerate -----------------------------------------------------
 
 

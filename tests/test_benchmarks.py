@@ -5,6 +5,7 @@ is checked against torch's own FLOP counter."""
 import gzip
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -197,6 +198,79 @@ def test_training_flops_match_torch_flop_counter(name, monkeypatch):
     assert counter.get_total_flops() == training_flops(SIZES["tiny"], 1000, [batch])
 
 
+def test_recipe_speeds_training_flops_count_what_torch_counts_on_unpadded_batches(monkeypatch):
+    """`recipe_speed.training_flops`, from the pairs' real lengths, equals torch's count of forward + backward matmul
+    FLOPs on a batch without padding (eager attention), and `train_throughput`'s count of padded shapes."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from common import SIZES
+    from recipe_speed import peak_tflops, training_flops
+    from train_throughput import training_flops as padded_training_flops
+
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+    shape = SIZES["tiny"]
+    config = VanillaTransformerConfig.from_preset(
+        "base", vocab_size=1000, d_model=shape["d_model"], encoder_layers=shape["layers"],
+        decoder_layers=shape["layers"], encoder_attention_heads=shape["heads"], decoder_attention_heads=shape["heads"],
+        encoder_ffn_dim=shape["ffn_dim"], decoder_ffn_dim=shape["ffn_dim"], attn_implementation="eager")
+    model = VanillaTransformerForConditionalGeneration(config).train()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(4, 1000, (8, 23), generator=generator)
+    labels = torch.randint(4, 1000, (8, 19), generator=generator)
+    with FlopCounterMode(display=False) as counter:
+        logits = model(input_ids=input_ids, decoder_input_ids=labels, use_cache=False).logits
+        torch.nn.functional.cross_entropy(logits.view(-1, 1000), labels.view(-1), label_smoothing=0.1).backward()
+    pairs, source, target = 8, 23, 19
+    sums = dict(source=pairs * source, target=pairs * target, source_squared=pairs * source**2,
+                target_squared=pairs * target**2, source_target=pairs * source * target)
+    names = ("d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim", "vocab_size")
+    flops = training_flops({name: getattr(config, name) for name in names}, sums)
+    assert flops == counter.get_total_flops()
+    assert flops == padded_training_flops(shape, 1000, [dict(input_ids=input_ids.numpy(), labels=labels.numpy())])
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == peak_tflops("NVIDIA H200") == 989.4
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0 and peak_tflops("NVIDIA L4") == 121.0
+    assert peak_tflops("cpu") is None
+
+
+@pytest.mark.slow
+def test_batch_shapes_smoke(data_dir, tmp_path):
+    """The distinct shapes of an epoch, exact and bucketed, for Multi30k and a small simulated corpus."""
+    stdout, report = run_smoke("batch_shapes", data_dir, tmp_path, "--multiples", "1,8")
+    header, *rows = table_rows(stdout)
+    assert header[:3] == ["corpus", "lengths rounded to a multiple of", "batches an epoch"]
+    assert [row[1] for row in rows] == ["exact (1)", "8"] * 2
+    for result in report["results"]:
+        exact, bucketed = result["counts"]
+        assert bucketed["shapes"] <= exact["shapes"] <= exact["batches"]
+        assert exact["new_shapes_in_second_epoch"] == bucketed["new_shapes_in_second_epoch"] == 0
+    simulated = report["results"][1]
+    assert simulated["exact"] == simulated["checked"] > 0  # the summed lengths are the tokenizer's
+
+
+def test_gpu_checks_script_parses():
+    result = subprocess.run(["bash", "-n", str(BENCHMARKS / "gpu_checks.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+def test_gpu_checks_smoke(multi30k, tmp_path):
+    """The GPU checks' script with tiny settings on a CPU: every part runs and leaves its results (minutes)."""
+    out = tmp_path / "out"
+    environment = dict(os.environ, OUT=str(out), DATA=str(multi30k), PYTHON=sys.executable, TMPDIR=str(tmp_path))
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_checks.sh"), "--smoke"], env=environment,
+                            capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert sorted(path.name for path in out.iterdir()) == [
+        "environment.txt", "gpu_checks.log", "recipe_speed_base.json", "recipe_speed_base.md", "tiny_logs.txt",
+        "tiny_seeds.md"]
+    speed = json.loads((out / "recipe_speed_base.json").read_text())
+    assert speed["complete"] and [result["variant"] for result in speed["results"]] == ["before", "after", "bucketed"]
+    header, *rows = table_rows((out / "recipe_speed_base.md").read_text())
+    assert [row[1] for row in rows] == ["before", "after", "bucketed"]
+    seeds = (out / "tiny_seeds.md").read_text()
+    assert "3 of 3 seeds finished" in seeds and "| sacreBLEU |" in seeds
+
+
 @pytest.mark.slow
 def test_trainer_overhead_smoke(data_dir, tmp_path):
     """The Trainer (its batches collated in a worker process) against the bare step, the profile, the data path."""
@@ -246,21 +320,34 @@ def test_generate_speed_compiled_smoke_with_chosen_engines(data_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_recipe_speed_smoke_passes_unknown_flags_to_train(data_dir, tmp_path):
-    """One tree, a flag for `train` passed through, two variants of train flags: both speeds of each run."""
+def test_recipe_speed_smoke_passes_unknown_flags_to_train(data_dir, tmp_path, monkeypatch):
+    """One tree, a flag for `train` passed through, two variants of train flags: both speeds of each run, the bare
+    step's, tokens/s and MFU against the peak given."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from recipe_speed import training_flops
+
     command = [sys.executable, str(BENCHMARKS / "recipe_speed.py"), "--smoke", "--data-dir", str(data_dir),
                "--trees", str(BENCHMARKS.parent), "--dataloader_num_workers", "1",
-               "--variant", "all=", "--variant", "none=--cpu_speedups none"]
+               "--variant", "all=", "--variant", "none=--cpu_speedups none", "--peak-tflops", "1e-5",
+               "--json", str(tmp_path / "recipe_speed.json")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
-    assert "Multi30k cpu recipe, train flags --dataloader_num_workers 1, 3 steps a round" in result.stdout
+    assert "Multi30k cpu recipe, train flags --dataloader_num_workers 1, 4 steps a round" in result.stdout
+    assert "device: cpu; MFU: model FLOPs (`training_flops`) per second over a peak of 1e-05 TFLOP/s" in result.stdout
     header, *rows = table_rows(result.stdout)
     assert header == ["tree", "variant", "steps/s, whole run, each round", "median", "steady steps/s, each round",
-                      "median"]
+                      "median", "bare steps/s, median", "steady / bare", "target tok/s, steady", "target tok/s, bare",
+                      "MFU, steady", "MFU, bare"]
     assert [row[1] for row in rows] == ["all", "none"]
     for row in rows:
-        assert float(row[3]) > 0 and float(row[5]) > 0
+        assert min(float(row[index].rstrip("%").replace(",", "")) for index in (3, 5, 6, 7, 8, 9, 10, 11)) > 0
     assert "none / . all:" in result.stdout
+    report = json.loads((tmp_path / "recipe_speed.json").read_text())
+    (run,) = report["results"][0]["rounds"]
+    assert run["steady_steps"] == 3 and run["sums"]["target"] > 0 and run["pad_to_multiple_of"] is None
+    assert run["steady_mfu"] == pytest.approx(
+        training_flops(run["config"], run["sums"]) / 3 * run["steady_steps_per_second"] / 1e7)
+
 
 @pytest.mark.slow
 def test_onnx_speed_smoke(data_dir, tmp_path):

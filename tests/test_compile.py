@@ -5,12 +5,16 @@ in greedy and beam search, call after call, with one compiled graph per shape.""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config_for
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
+from transformers import DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.batching import TokenBatchSampler
 from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, bucket_length, compiled_decoding, default_mode
+from vanilla_transformer.training import label_smoothed_cross_entropy
 from vanilla_transformer.translate import translate_lines
 
 
@@ -102,3 +106,48 @@ def test_a_trained_model_translates_alike_with_the_static_cache_and_compiled(num
     assert compiled == dynamic
     exact = sum(hypothesis == reference for hypothesis, reference in zip(dynamic, references))
     assert exact >= len(references) // 2, (exact, list(zip(dynamic, references))[:5])
+
+
+# --- Training on bucketed shapes ------------------------------------------------------------------------------------
+
+
+def compilations_per_epoch(tokenized, tokenizer, sampler_multiple, collator_multiple, epochs=2) -> list[int]:
+    """The graphs compiled by the end of each epoch of training steps on token batches: forward (compiled with
+    static shapes, one graph per batch shape, as dynamo's tracing sees them), the recipe's label-smoothed loss,
+    backward and an Adam step, as the Trainer runs them. A tiny model of one layer each side: dynamo's tracing,
+    which decides recompilation, takes long on a CPU; the counting backend runs the traced graphs eagerly."""
+    torch.manual_seed(0)
+    config = tiny_config_for(tokenizer, encoder_layers=1, decoder_layers=1)
+    model = VanillaTransformerForConditionalGeneration(config).train()
+    counter = CompileCounterWithBackend("eager")
+    step = torch.compile(model, backend=counter, dynamic=False)
+    loss_function = label_smoothed_cross_entropy(0.1)
+    optimizer = torch.optim.Adam(model.parameters())
+    sampler = TokenBatchSampler.from_dataset(tokenized, max_tokens=512, seed=0, pad_to_multiple_of=sampler_multiple)
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=collator_multiple)
+    compiled = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for indices in sampler:
+            batch = collator([tokenized[index] for index in indices])
+            labels = batch.pop("labels")
+            loss_function(step(**batch, use_cache=False), labels).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        compiled.append(counter.frame_count)
+    return compiled
+
+
+@pytest.mark.slow
+def test_a_compiled_training_step_compiles_nothing_after_the_first_epoch_on_bucketed_shapes(tokenized, tokenizer):
+    """Lengths rounded up to multiples of 8 by the sampler and the collator alike (the train command's batches on a
+    GPU): one graph per bucketed shape, all of them in the first epoch. With the same batches padded to their longest
+    pair instead, every epoch mixes the pairs of a bucket anew and brings shapes not seen before: the second epoch
+    compiles again."""
+    train = tokenized["train"]
+    with torch._dynamo.config.patch(recompile_limit=64):
+        bucketed = compilations_per_epoch(train, tokenizer, sampler_multiple=8, collator_multiple=8)
+        unbucketed = compilations_per_epoch(train, tokenizer, sampler_multiple=8, collator_multiple=None)
+    assert bucketed[1] == bucketed[0] <= 8, bucketed
+    assert unbucketed[1] > unbucketed[0] > bucketed[0], unbucketed
+    assert counters["graph_break"] == {}  # one graph per step: the model traces whole

@@ -210,6 +210,26 @@ def test_bf16_training_on_cpu_hands_the_loss_bfloat16_logits(tokenizer, tokenize
     assert seen_dtypes == [torch.float32]
 
 
+@pytest.mark.slow
+def test_a_compiled_model_trains_with_the_other_speedups_and_torchs_dropout(tokenizer, tokenized, tmp_path):
+    """Under --torch-compile the 16-bit dropout is left out: a compiled graph keeps torch's dropout, and dynamo does
+    not trace the model correctly under the function mode. The other speed-ups stay."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path")
+    args = paper_training_arguments(
+        str(tmp_path), d_model=64, warmup_steps=4, max_steps=2, bf16=True, use_cpu=True, torch_compile_backend="eager",
+        report_to=[], save_strategy="no",
+    )
+    model = small_model(tokenizer)
+    trainer = CPUSeq2SeqTrainer(
+        model=model, args=args, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        train_dataset=tokenized["train"], max_tokens=512,
+    )
+    assert trainer.speedups == ("keep_memory", "chunked_loss", "bf16_logits")
+    trainer.train()
+    assert trainer.state.global_step == 2
+
+
 # --- keep_memory ----------------------------------------------------------------------------------------------------
 
 # Three 12 MiB blocks made and freed together, as a step's activations are: the page faults of each repetition, once

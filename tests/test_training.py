@@ -124,6 +124,28 @@ def test_trainer_batches_hold_at_most_max_tokens(tokenizer, tokenized, tmp_path)
     assert seen == len(tokenized["train"])
 
 
+def test_trainer_batches_by_the_lengths_its_collator_pads_to(tokenizer, tokenized, tmp_path):
+    """A collator that pads to multiples of 8: the budget counts the rounded lengths, and every epoch repeats the
+    first epoch's batch shapes (bucketed shapes)."""
+    model = small_model(tokenizer)
+    args = paper_training_arguments(str(tmp_path), d_model=64, warmup_steps=10, report_to=[], use_cpu=True)
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model, args=args, train_dataset=tokenized["train"], max_tokens=256,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=8),
+    )
+    loader = trainer.get_train_dataloader()
+    sampler = getattr(loader.batch_sampler, "batch_sampler", loader.batch_sampler)
+    assert sampler.pad_to_multiple_of == 8
+    shapes = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        shapes.append(sorted((*batch["input_ids"].shape, batch["labels"].shape[1]) for batch in loader))
+    assert shapes[0] == shapes[1] and len(set(shapes[0])) < len(shapes[0])
+    for rows, source_length, target_length in shapes[0]:
+        assert source_length % 8 == 0 and target_length % 8 == 0
+        assert rows * max(source_length, target_length) <= 256
+
+
 def test_bpe_dropout_trainer_sees_every_pair_once_an_epoch_in_a_new_segmentation(corpus, tokenizer, tmp_path):
     pairs = corpus["train"]["translation"]
     dataset = BPEDropoutDataset.from_translations(corpus["train"], "en", "fr", tokenizer, p=0.1, seed=5)
@@ -425,6 +447,36 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
     assert not is_demo and args.warmup_steps == 4000 and args.max_steps == -1
     with pytest.raises(UserError, match="--output-dir is required"):  # own data needs an output folder
         parse_arguments(["--train_file", "pairs.tsv"])
+
+
+def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
+    """On a CPU: exact lengths, no compilation, batches collated in the training process. On a CUDA GPU: bucketed
+    shapes, a compiled model, two persistent dataloader workers. Fused Adam on both."""
+    from vanilla_transformer import train
+
+    own_data = ["--train_file", "pairs.tsv", "--output_dir", "out"]
+    trains_on_gpu = train.trains_on_gpu
+
+    def settings(argv):
+        _, data_args, _, args, _ = train.parse_arguments([*own_data, *argv])
+        return (data_args.pad_to_multiple_of, args.torch_compile, args.dataloader_num_workers,
+                args.dataloader_persistent_workers, args.optim)
+
+    monkeypatch.setattr(train, "trains_on_gpu", lambda argv, use_cpu: False)
+    assert settings([]) == (1, False, 0, False, "adamw_torch_fused")
+    monkeypatch.setattr(train, "trains_on_gpu", lambda argv, use_cpu: True)
+    assert settings([]) == (8, True, 2, True, "adamw_torch_fused")
+    assert settings(["--pad-to-multiple-of", "1", "--torch_compile", "false", "--dataloader_num_workers", "0"])[:3] == (
+        1, False, 0)
+
+    # The device: a CUDA GPU where one is available, unless --use-cpu says otherwise.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert trains_on_gpu([], use_cpu=False) and trains_on_gpu(["--use_cpu", "false"], use_cpu=True)
+    assert not trains_on_gpu(["--use-cpu"], use_cpu=False)
+    assert not trains_on_gpu(["--bf16", "--use_cpu=true"], use_cpu=False)
+    assert not trains_on_gpu([], use_cpu=True)  # the demo's default without a GPU, say
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not trains_on_gpu(["--use_cpu", "false"], use_cpu=False)
 
 
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):

@@ -63,6 +63,12 @@ class TokenBatchSampler(Sampler[list[int]]):
     `set_epoch`. Ties move only pairs of identical lengths, so the batch boundaries, and hence `len()`, are the same
     in every epoch.
 
+    Bucketed shapes: with `pad_to_multiple_of` m, lengths are rounded up to multiples of m before anything else, as
+    the collator given the same m pads them. Pairs whose rounded source and target lengths agree are then ties, mixed
+    at random every epoch, and every batch's padded tensors, (pairs, rounded source length) and (pairs, rounded
+    target length), have the same shapes in every epoch: an epoch holds a few distinct shapes, which a compiled
+    training step meets again in every later epoch (docs/training.md#bucketed-shapes).
+
     Batches are lists of indices into a tokenized dataset with `input_ids` and `labels` columns; pass the sampler as
     `batch_sampler` and let `DataCollatorForSeq2Seq` pad (with the same `pad_to_multiple_of`, if any):
 
@@ -150,17 +156,22 @@ class TokenBatchSampler(Sampler[list[int]]):
         return BatchSamplerShard(self, num_processes=self.num_replicas, process_index=rank)
 
     def _length_order(self, rng: np.random.Generator | None) -> np.ndarray:
-        """Indices sorted by source then target length; ties in random order, or in index order without `rng`."""
+        """Indices sorted by (padded) source then target length; ties in random order, or in index order without
+        `rng`."""
         num_pairs = len(self.source_lengths)
         tie_break = rng.permutation(num_pairs) if rng is not None else np.arange(num_pairs)
-        return np.lexsort((tie_break, self.target_lengths, self.source_lengths))  # the last key sorts first
+        source, target = self._padded(self.source_lengths), self._padded(self.target_lengths)
+        return np.lexsort((tie_break, target, source))  # the last key sorts first
+
+    def _padded(self, lengths: np.ndarray) -> np.ndarray:
+        """`lengths` as the collator pads them: rounded up to a multiple of `pad_to_multiple_of`, if any."""
+        if not self.pad_to_multiple_of:
+            return lengths
+        return -(-lengths // self.pad_to_multiple_of) * self.pad_to_multiple_of
 
     def _widths(self) -> np.ndarray:
         """Tokens each pair occupies in its padded tensors: a batch costs len(batch) * the largest width in it."""
-        width = np.maximum(self.source_lengths, self.target_lengths)
-        if self.pad_to_multiple_of:
-            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        return width
+        return self._padded(np.maximum(self.source_lengths, self.target_lengths))
 
     def _halve_largest(self, bounds: list[tuple[int, int]], times: int) -> list[tuple[int, int]]:
         """Halve the batch holding the most pairs, `times` times."""

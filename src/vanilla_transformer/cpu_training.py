@@ -199,6 +199,11 @@ class CPUSeq2SeqTrainer(TokenBatchSeq2SeqTrainer):
 
     def __init__(self, *args, speedups: tuple[str, ...] = CPU_SPEEDUPS, **kwargs):
         super().__init__(*args, **kwargs)
+        if "dropout16" in speedups and self.args.torch_compile:
+            # A compiled graph keeps torch's dropout anyway, and dynamo does not trace the model correctly under the
+            # torch function mode (a tensor's `.device` comes back as its shape).
+            logger.info("dropout16 is off: the model is compiled (--torch-compile), and keeps torch's dropout")
+            speedups = tuple(name for name in speedups if name != "dropout16")
         self.speedups = tuple(speedups)
         if "chunked_loss" in self.speedups and self.args.label_smoothing_factor > 0:
             self.compute_loss_func = chunked_label_smoothed_cross_entropy(self.args.label_smoothing_factor)

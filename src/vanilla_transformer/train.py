@@ -27,6 +27,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
+from transformers.hf_argparser import string_to_bool
 
 from .user_errors import CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, user_errors
 from .averaging import average_checkpoints, find_checkpoints
@@ -112,6 +113,12 @@ class DataArguments:
         default=None, metadata={"help": "With --max_tokens, at most this many pairs a batch (fairseq's "
                                         "--max-sentences); default: no limit."}
     )
+    pad_to_multiple_of: int = field(
+        default=1, metadata={"help": "Pad training batches to source and target lengths rounded up to a multiple of "
+                                     "N, and batch pairs by those lengths: a few batch shapes, the same every epoch, "
+                                     "which a compiled step reuses (docs/training.md#bucketed-shapes). Default 8 on "
+                                     "a GPU, 1 (each batch padded to its longest pair) elsewhere."}
+    )
     max_eval_samples: int | None = field(default=None)
     preprocessing_num_workers: int | None = field(
         default=None, metadata={"help": "Processes that tokenize and filter the data; default: one per core for "
@@ -168,6 +175,18 @@ PAPER_DEFAULTS = dict(
     save_steps=1000,
     logging_steps=50,
     ddp_find_unused_parameters=False,  # every parameter takes part in every step
+)
+
+
+# Defaults on a CUDA GPU, where the step must not wait for the host (docs/training.md#on-a-gpu): bucketed shapes, a
+# compiled model, batches collated by two worker processes kept from epoch to epoch. Elsewhere the Trainer's own
+# defaults stay (no compilation, batches collated in the training process) with exact lengths: the fastest on a CPU.
+# Fused Adam (`adamw_torch_fused`) is the recipe's on every device.
+GPU_DEFAULTS = dict(
+    pad_to_multiple_of=8,
+    torch_compile=True,
+    dataloader_num_workers=2,
+    dataloader_persistent_workers=True,
 )
 
 
@@ -229,6 +248,8 @@ def parse_arguments(argv: list[str] | None = None):
             parser.set_defaults(use_cpu=True)  # the Trainer's bf16 on a CPU
     elif "--output_dir" not in flags and not checkpoint:
         parser.error("--output-dir is required when training on your own data.")
+    if trains_on_gpu(argv, parser.get_default("use_cpu")):
+        parser.set_defaults(**GPU_DEFAULTS)
     if checkpoint:  # the checkpoint's config.json is the model: a size flag is only what is given
         resumed = {**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent), **recorded}
         parser.set_defaults(**resumed)
@@ -281,6 +302,7 @@ KEPT_ON_RESUME = (
     "eval_steps", "predict_with_generate", "generation_num_beams", "per_device_eval_batch_size", "average_last",
     "validation_source_file", "validation_target_file", "validation_file", "test_source_file", "test_target_file",
     "test_file", "max_eval_samples", "attn_implementation", "cpu_speedups", "report_to", "use_cpu",
+    "pad_to_multiple_of",
 )
 PATH_ARGUMENTS = ("model_name_or_path", "tokenizer_name", *(name for name in FIXED_ON_RESUME + KEPT_ON_RESUME
                                                            if name.endswith("_file")))
@@ -356,6 +378,19 @@ def check_resumed_model(model_args: ModelArguments, checkpoint: str) -> None:
                             "resume the run")
 
 
+def trains_on_gpu(argv: list[str], use_cpu: bool) -> bool:
+    """Whether the Trainer will train on a CUDA GPU: one is available and `--use-cpu` (default `use_cpu`) is off."""
+    if not torch.cuda.is_available():
+        return False
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--use_cpu", "--use-cpu", nargs="?", const="true", default=None)
+    value = parser.parse_known_args(argv)[0].use_cpu
+    try:
+        return not (use_cpu if value is None else string_to_bool(value))
+    except argparse.ArgumentTypeError:  # the Trainer's parser refuses the value
+        return False
+
+
 # What shows that a folder holds a run (and what --overwrite-output-dir deletes): checkpoints, the trained weights,
 # the Trainer's state and arguments, the results and the TensorBoard logs.
 CHECKPOINT = re.compile(r"checkpoint-\d+")
@@ -413,7 +448,7 @@ def check_arguments(model_args, data_args, recipe_args, training_args, is_demo: 
     if training_args.max_steps == 0 or training_args.max_steps < -1:
         raise UserError(f"--max-steps must be a positive number of steps (or -1: --num-train-epochs decides), "
                         f"got {training_args.max_steps}")
-    for name in ("vocab_size", "max_source_length", "max_target_length", "max_eval_samples"):
+    for name in ("vocab_size", "max_source_length", "max_target_length", "max_eval_samples", "pad_to_multiple_of"):
         value = getattr(model_args if name == "vocab_size" else data_args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
@@ -701,6 +736,7 @@ def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eva
     BLEU from generate(); without it validation reports its loss only. With CPU `speedups`, the Trainer that applies
     them inside its steps (cpu_training.py)."""
     trainer_class, options = TokenBatchSeq2SeqTrainer, {}
+    multiple = data_args.pad_to_multiple_of if data_args.pad_to_multiple_of > 1 else None
     if speedups:
         trainer_class, options = CPUSeq2SeqTrainer, dict(speedups=speedups)
     with user_errors(ValueError):  # the Trainer's checks of its arguments together
@@ -709,7 +745,8 @@ def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eva
             args=training_args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
-            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+            # Lengths rounded up to a multiple: the trainer's sampler batches by them too (bucketed shapes).
+            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=multiple),
             processing_class=tokenizer,
             compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
             max_tokens=data_args.max_tokens or None,

@@ -135,6 +135,9 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     target tokens (padding included) of pairs of similar length, reshuffled every epoch. Under several processes
     every process builds the same batch list and accelerate deals the batches out, so each process trains on a
     disjoint share and every pair is seen once per epoch. With `max_tokens=None` it batches like `Seq2SeqTrainer`.
+    A collator that pads to a multiple (`DataCollatorForSeq2Seq(..., pad_to_multiple_of=8)`) makes the batches
+    bucketed: the sampler compares lengths rounded as the collator pads them, so every epoch repeats the first
+    epoch's few batch shapes (`TokenBatchSampler`).
     Training batches are collated through `TokenIdCheckingCollator`, in `dataloader_num_workers` worker processes
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
     check them."""
@@ -174,9 +177,10 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         if not isinstance(dataset, BPEDropoutDataset):
             dataset = self._remove_unused_columns(dataset, description="Training")
         # Same batches on every process; a multiple of processes x accumulation steps, so no batch is repeated to
-        # even out the last optimizer step.
+        # even out the last optimizer step. Lengths are bucketed as the collator pads them.
         batching = dict(seed=self.args.seed, num_replicas=self.args.world_size * self.args.gradient_accumulation_steps,
-                        max_sentences=self.max_sentences)
+                        max_sentences=self.max_sentences,
+                        pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None))
         if isinstance(dataset, BPEDropoutDataset):
             sampler = ResegmentedTokenBatchSampler(dataset, self.max_tokens, **batching)
         else:

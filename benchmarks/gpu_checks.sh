@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The GPU checks of the train command's GPU defaults (bucketed shapes, a compiled model, dataloader workers), in one
+# run of about 12 minutes on one H100 or H200 (docs/speed.md#the-train-command):
+#
+# 1. recipe_speed.py, the Multi30k base recipe (200 steps, steady state from step 60, one round each): the command
+#    as it trained before (each batch padded to its longest pair, no compilation), with the GPU defaults, and with
+#    bucketed shapes alone; steady steps/s, target tokens/s and MFU of the command and of the bare step. The JSON
+#    holds every round finished, even if the part runs over its time.
+# 2. examples/multi30k/run.py, the tiny recipe's 8,000 updates with seeds 0, 1 and 2 side by side on the one GPU
+#    (the GPU defaults, sdpa), each averaged, its length penalty chosen on validation, and scored on
+#    test_2016_flickr: sacreBLEU and lowercased Moses-tokenized BLEU; then their mean and range.
+#
+# Results in $OUT: environment.txt, recipe_speed_base.md and .json, tiny_seeds.md, tiny_logs.txt and gpu_checks.log.
+# Each part has a time limit, so a part that runs over still leaves the other's results.
+#
+#     OUT=results bash benchmarks/gpu_checks.sh           # on the GPU machine, from the repository's root
+#     OUT=results bash benchmarks/gpu_checks.sh --smoke   # anywhere, on a CPU: tiny settings, checks the script
+#
+# Environment: PYTHON (default python3) with torch and the package's [train] extra importable; DATA, the Multi30k
+# folder (default ../shared/data/multi30k beside the checkout, else shared/data/multi30k in it); WHEELS, a folder of
+# wheels that the machine lacks (it has no network), installed first into a virtual environment that sees the
+# system's packages: transformers>=5.24, datasets (with dill and multiprocess), num2words (with docopt), sacremoses.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+: "${OUT:?set OUT to the folder for the results}"
+mkdir -p "$OUT"
+SMOKE=false
+[[ "${1:-}" == "--smoke" ]] && SMOKE=true
+PYTHON=${PYTHON:-python3}
+if [[ -z "${DATA:-}" ]]; then
+    DATA="$REPO/../shared/data/multi30k"
+    [[ -d "$DATA" ]] || DATA="$REPO/shared/data/multi30k"
+fi
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_checks.XXXXXX")
+LOG="$OUT/gpu_checks.log"
+exec > >(tee -a "$LOG") 2>&1
+
+if [[ -n "${WHEELS:-}" ]]; then
+    "$PYTHON" -m venv --system-site-packages "$WORK/venv"
+    "$WORK/venv/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" \
+        "transformers>=5.24,<6" datasets num2words sacremoses
+    PYTHON="$WORK/venv/bin/python"
+fi
+export PYTHONPATH="$REPO/src"
+
+if $SMOKE; then
+    DEVICE=cpu; RECIPE=cpu; SPEED_LIMIT=600; SEEDS_LIMIT=600
+    SPEED=(--smoke --device cpu)
+    BEFORE="--pad_to_multiple_of 1"
+    BUCKETED="--pad_to_multiple_of 8"
+    AFTER="--pad_to_multiple_of 8 --torch_compile_backend eager --dataloader_num_workers 2 \
+--dataloader_persistent_workers true"
+    TINY=(--size smoke --use_cpu true)
+else
+    DEVICE=cuda; RECIPE=base; SPEED_LIMIT=360; SEEDS_LIMIT=360
+    SPEED=(--device cuda --steps 200 --steady-from 60 --rounds 1)
+    # The base recipe already collated in two persistent workers; before: exact lengths, no compilation.
+    BEFORE="--pad_to_multiple_of 1 --torch_compile false"
+    BUCKETED="--torch_compile false"
+    AFTER=""
+    TINY=(--size tiny --use_cpu false --attn_implementation sdpa --eval-steps 2000)
+fi
+
+echo "== environment"
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
+    "$PYTHON" - <<'PY'
+import importlib, platform
+import torch
+print("python", platform.python_version(), "torch", torch.__version__,
+      "cuda" if torch.cuda.is_available() else "no cuda", torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+for name in ("transformers", "accelerate", "datasets", "tokenizers", "sacrebleu", "sacremoses", "num2words",
+             "matplotlib", "tensorboard", "jinja2"):
+    try:
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "?"))
+    except ImportError as error:
+        print(name, "MISSING:", error)
+import vanilla_transformer.train  # fails here, not minutes later, if the package cannot be imported
+PY
+} | tee "$OUT/environment.txt"
+[[ "$DEVICE" == cpu ]] || "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU'"
+
+echo "== 1. the base recipe's train command: before, the GPU defaults, bucketed shapes alone"
+timeout "$SPEED_LIMIT" "$PYTHON" benchmarks/recipe_speed.py --recipe "$RECIPE" --data-dir "$DATA" "${SPEED[@]}" \
+    --variant before="$BEFORE" --variant after="$AFTER" --variant bucketed="$BUCKETED" \
+    --json "$OUT/recipe_speed_base.json" > "$OUT/recipe_speed_base.md" || echo "recipe_speed.py failed or ran over ($?)"
+cat "$OUT/recipe_speed_base.md"
+
+echo "== 2. the tiny recipe, seeds 0, 1, 2 side by side"
+pids=()
+for seed in 0 1 2; do
+    timeout "$SEEDS_LIMIT" "$PYTHON" examples/multi30k/run.py --data-dir "$DATA" --output-dir "$WORK/tiny/seed-$seed" \
+        --seed "$seed" "${TINY[@]}" > "$WORK/tiny-$seed.log" 2>&1 &
+    pids+=($!)
+done
+for index in 0 1 2; do
+    wait "${pids[$index]}" || echo "seed $index failed or ran over ($?)"
+done
+for seed in 0 1 2; do
+    echo "--- seed $seed"
+    tail -n 40 "$WORK/tiny-$seed.log"
+done > "$OUT/tiny_logs.txt"
+"$PYTHON" - "$WORK/tiny" > "$OUT/tiny_seeds.md" <<'PY'
+import importlib.util, json, sys
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("multi30k_run", "examples/multi30k/run.py")
+run = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run)
+runs = [path for path in sorted(Path(sys.argv[1]).glob("seed-*")) if (path / "results.json").is_file()]
+if runs:
+    print(run.seeds_table(runs))
+for path in runs:
+    steps = json.loads((path / "trainer_state.json").read_text())["global_step"]
+    print(f"## {path.name}: {steps} updates\n\n{(path / 'results.md').read_text()}")
+print(f"{len(runs)} of 3 seeds finished")
+PY
+cat "$OUT/tiny_seeds.md"
+rm -rf "$WORK"
