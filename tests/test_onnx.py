@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from packaging.version import Version
 from conftest import tiny_config_for
 from transformers import AutoTokenizer, GenerationConfig, pipeline
 
@@ -16,6 +17,8 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 num2words = pytest.importorskip("num2words").num2words
+if Version(torch.__version__).release < (2, 9):  # onnx_export.EXPORTER_TORCH
+    pytest.skip("the ONNX export needs torch >= 2.9", allow_module_level=True)
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.backends import BACKENDS, InputTooLongError  # noqa: E402

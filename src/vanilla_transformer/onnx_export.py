@@ -26,16 +26,20 @@ import warnings
 from pathlib import Path
 
 import torch
+from packaging.version import Version
 from torch import nn
 from transformers import AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .extras import require
+from .extras import MissingExtraError, require
 from .modeling_vanilla_transformer import (
     SinusoidalPositionalEncoding,
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
 )
+
+# The torch release whose torch.onnx.export is torch.export-based by default, the exporter this module is written for.
+EXPORTER_TORCH = (2, 9)
 
 
 # The file names of optimum's seq2seq export, which `onnx_model.py` loads.
@@ -127,6 +131,9 @@ def export_onnx(
     require("onnx", extra="onnx")
     require("onnxscript", extra="onnx")  # torch.onnx.export's translation of torch.export graphs
     ort = require("onnxruntime", extra="onnx")
+    if Version(torch.__version__).release < EXPORTER_TORCH:
+        raise MissingExtraError(f"the ONNX export needs torch >= {'.'.join(map(str, EXPORTER_TORCH))} (its "
+                                f"torch.export-based exporter), found {torch.__version__}: pip install -U torch")
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}.")
