@@ -500,6 +500,23 @@ def plot_attention_command(argv: list[str]) -> None:
     print(f"translation: {weights['translation']}\nattention plot written to {args.out}")
 
 
+def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The flags every export shares (--max-positions, --force) added, parsed, and the model and --out checked."""
+    parser.add_argument(
+        "--max-positions",
+        type=_positive_int,
+        default=2048,
+        metavar="N",
+        help="Rows of the stored sinusoidal position table: the longest source or output, in tokens (default: 2048).",
+    )
+    parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
+    args = parser.parse_args(argv)
+    check_model(args.model, hub=False)
+    check_tokenizer_fits(args.model)
+    check_output_folder(args.out)
+    return args
+
+
 def export_ct2_command(argv: list[str]) -> None:
     from .ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
@@ -515,18 +532,7 @@ def export_ct2_command(argv: list[str]) -> None:
     parser.add_argument(
         "--quantization", choices=QUANTIZATIONS, help="Type of the stored weights (default: float32, as trained)."
     )
-    parser.add_argument(
-        "--max-positions",
-        type=_positive_int,
-        default=2048,
-        metavar="N",
-        help="Rows of the stored sinusoidal position table: the longest source or output, in tokens (default: 2048).",
-    )
-    parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
-    args = parser.parse_args(argv)
-    check_model(args.model, hub=False)
-    check_tokenizer_fits(args.model)
-    check_output_folder(args.out)
+    args = _export_arguments(parser, argv)
     with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
         export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)
     print(f"CTranslate2 model written to {args.out}")
@@ -549,18 +555,7 @@ def export_onnx_command(argv: list[str]) -> None:
         choices=QUANTIZATIONS,
         help="Quantize the weights with ONNX Runtime's dynamic quantization (default: float32, as trained).",
     )
-    parser.add_argument(
-        "--max-positions",
-        type=_positive_int,
-        default=2048,
-        metavar="N",
-        help="Rows of the stored sinusoidal position table: the longest source or output, in tokens (default: 2048).",
-    )
-    parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
-    args = parser.parse_args(argv)
-    check_model(args.model, hub=False)
-    check_tokenizer_fits(args.model)
-    check_output_folder(args.out)
+    args = _export_arguments(parser, argv)
     with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
         export_onnx(args.model, args.out, args.quantize, args.max_positions, force=args.force)
     print(f"ONNX model written to {args.out}")

@@ -28,6 +28,19 @@ ACTIVATIONS = {
 }
 
 
+def check_export(model_dir: Path, output_dir: Path, quantization, quantizations, max_positions: int, force: bool):
+    """The checks an export makes before it loads anything (this one and the ONNX one): a known quantization, a
+    positive position table, an output folder that is not the model's, and none replaced without `force`."""
+    if quantization is not None and quantization not in quantizations:
+        raise ValueError(f"Unknown quantization {quantization!r}; choose one of {', '.join(quantizations)}.")
+    if max_positions < 1:
+        raise ValueError(f"max_positions must be positive, got {max_positions}.")
+    if model_dir.resolve() == output_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
+        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}; choose another.")
+    if output_dir.exists() and not force:
+        raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
+
+
 def export_ctranslate2(
     model_dir: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -49,14 +62,7 @@ def export_ctranslate2(
     """
     ctranslate2 = require("ctranslate2", extra="ct2")
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise ValueError(f"Unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}.")
-    if max_positions < 1:
-        raise ValueError(f"max_positions must be positive, got {max_positions}.")
-    if model_dir.resolve() == output_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
-        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}; choose another.")
-    if output_dir.exists() and not force:
-        raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
+    check_export(model_dir, output_dir, quantization, QUANTIZATIONS, max_positions, force)
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

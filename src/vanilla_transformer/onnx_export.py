@@ -31,6 +31,7 @@ from torch import nn
 from transformers import AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+from .ctranslate2_export import check_export
 from .extras import MissingExtraError, require
 from .modeling_vanilla_transformer import (
     SinusoidalPositionalEncoding,
@@ -135,14 +136,7 @@ def export_onnx(
         raise MissingExtraError(f"the ONNX export needs torch >= {'.'.join(map(str, EXPORTER_TORCH))} (its "
                                 f"torch.export-based exporter), found {torch.__version__}: pip install -U torch")
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(f"Unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}.")
-    if max_positions < 1:
-        raise ValueError(f"max_positions must be positive, got {max_positions}.")
-    if model_dir.resolve() == output_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
-        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}; choose another.")
-    if output_dir.exists() and not force:
-        raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
+    check_export(model_dir, output_dir, quantize, QUANTIZATIONS, max_positions, force)
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
