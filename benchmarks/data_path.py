@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from common import REPO, DEFAULT_DATA_DIR, environment, environment_lines, markdown_table, read_lines
+from common import DEFAULT_DATA_DIR, environment, environment_lines, markdown_table, read_lines
 
 
 STAGES = ("load", "tokenizer", "tokenize", "batch", "step")

@@ -45,7 +45,7 @@ from generate_speed import decode_all, forced_length_kwargs, source_batches
 
 from vanilla_transformer.ctranslate2_export import export_ctranslate2
 from vanilla_transformer.onnx_export import ONNX_FILES, export_onnx, quantize_int8
-from vanilla_transformer.onnx_model import VanillaTransformerORTForConditionalGeneration
+from vanilla_transformer.onnx_model import VanillaTransformerORTForConditionalGeneration, default_session_options
 
 ENGINES = ("torch", "ort_float32", "ort_int8", "ct2_float32")
 ENGINE_LABELS = {"torch": "PyTorch eager", "ort_float32": "ORT float32", "ort_int8": "ORT int8",
@@ -84,8 +84,8 @@ def exported_engines(size: str, tokenizer, args, threads: int, folder: Path) -> 
     engines = {"torch": model}
     if {"ort_float32", "ort_int8"} & set(args.engines):
         export_onnx(folder / "model", folder / "onnx")
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options = default_session_options(threads)
+        options.inter_op_num_threads = 1
         engines["ort_float32"] = VanillaTransformerORTForConditionalGeneration.from_pretrained(
             folder / "onnx", session_options=options)
         if "ort_int8" in args.engines:

@@ -324,3 +324,17 @@ def test_a_device_without_its_provider_is_refused(onnx_dir):
         pytest.skip("this ONNX Runtime has the CUDA provider")
     with pytest.raises(ValueError, match="onnxruntime-gpu"):
         VanillaTransformerORTForConditionalGeneration.from_pretrained(onnx_dir, device="cuda")
+
+
+def test_loaded_sessions_sleep_between_runs_unless_told_otherwise(onnx_dir):
+    """Between decoding steps PyTorch runs generate()'s own work; ONNX Runtime threads spinning meanwhile would take
+    its cores. Options given by the caller are used as given."""
+    model = VanillaTransformerORTForConditionalGeneration.from_pretrained(onnx_dir)
+    for session in (model.encoder.session, model.decoder.session, model.decoder.session_with_past):
+        assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    model = VanillaTransformerORTForConditionalGeneration.from_pretrained(onnx_dir, session_options=options)
+    assert model.decoder.session.get_session_options().intra_op_num_threads == 1
+    with pytest.raises(Exception):  # never set: ONNX Runtime's default, spinning
+        model.decoder.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")

@@ -188,7 +188,7 @@ class VanillaTransformerORTForConditionalGeneration(
     ) -> "VanillaTransformerORTForConditionalGeneration":
         """The `export-onnx` folder `model_dir` loaded into ONNX Runtime sessions: on the CPU (`device` None or "cpu"),
         or on a GPU ("cuda", "cuda:1") with the CUDA provider of `onnxruntime-gpu`. `session_options` (e.g. its
-        `intra_op_num_threads`) apply to the three sessions."""
+        `intra_op_num_threads`) apply to the three sessions; without them, `default_session_options()`."""
         model_dir = Path(model_dir)
         missing = [name for name in ONNX_FILES if not (model_dir / name).is_file()]
         if not model_dir.is_dir():
@@ -205,6 +205,8 @@ class VanillaTransformerORTForConditionalGeneration(
                 "`vanilla-transformer export-onnx`."
             )
         providers = _providers(device)
+        if session_options is None:
+            session_options = default_session_options()
         sessions = {
             name: ort.InferenceSession(str(model_dir / name), sess_options=session_options, providers=providers)
             for name in ONNX_FILES
@@ -268,6 +270,18 @@ class VanillaTransformerORTForConditionalGeneration(
         return Seq2SeqLMOutput(logits=logits, cache=cache, encoder_last_hidden_state=encoder_hidden_states)
 
 
+def default_session_options(intra_op_threads: int = 0) -> "ort.SessionOptions":
+    """ONNX Runtime's session options for `generate()`: `intra_op_threads` threads per graph (0: ONNX Runtime's
+    choice, one per physical core), and threads that sleep between runs instead of spinning. Between two decoding
+    steps PyTorch does `generate()`'s own work (logits processors, beam search, reordering the cache), and spinning
+    threads would take the cores it needs: on a few cores the spinning default makes decoding slower than PyTorch's
+    (docs/speed.md)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def _providers(device: str | None) -> list:
     """ONNX Runtime's execution providers for `device`: the CPU's, or CUDA's (on the device's index) before it."""
     device = torch.device(device or "cpu")
@@ -281,4 +295,4 @@ def _providers(device: str | None) -> list:
     )
 
 
-__all__ = ["VanillaTransformerORTForConditionalGeneration"]
+__all__ = ["VanillaTransformerORTForConditionalGeneration", "default_session_options"]
