@@ -113,6 +113,44 @@ def ct2_decode_all(translator, token_batches: list[list[list[str]]], beams: int,
     return time.perf_counter() - start, tokens
 
 
+def engine_batches(tokenizer, sentences: list[str], args) -> tuple[dict, dict]:
+    """For each of `args.batch_sizes`: `generate()`'s tokenized batches and CTranslate2's token batches of the same
+    sentences (`args.sentences`, or `args.sentences_bs1` at batch size 1)."""
+    batches, token_batches = {}, {}
+    for batch_size in args.batch_sizes:
+        count = args.sentences if batch_size > 1 else args.sentences_bs1
+        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size)
+        encoded = tokenizer(sentences[:count])["input_ids"]
+        as_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]  # </s> included, as generate() sees it
+        token_batches[batch_size] = [as_tokens[start : start + batch_size] for start in range(0, count, batch_size)]
+    return batches, token_batches
+
+
+def time_cells(run, engines: list[str], token_batches: dict, args, desc: str) -> list[dict]:
+    """Every cell (decoding, batch size) of `args.beams` x `args.batch_sizes`, timed with `run(engine, beams,
+    batch_size, limit=None)` -> (seconds, generated tokens): a warm-up batch per engine, then `args.repeats` rounds
+    with the engines alternating in order. One dict per cell: its decoding, sizes, and each engine's tokens/s."""
+    cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
+    results = []
+    progress = tqdm(total=len(cells) * args.repeats * len(engines), desc=desc, file=sys.stderr)
+    for beams, batch_size in cells:
+        decoding = "greedy" if beams == 1 else f"beam {beams}"
+        progress.set_postfix_str(f"{decoding}, batch {batch_size}")
+        for engine in engines:
+            run(engine, beams, batch_size, limit=1)  # warm-up
+        rates, tokens = {engine: [] for engine in engines}, {}
+        for repeat in range(args.repeats):
+            for engine in engines if repeat % 2 == 0 else engines[::-1]:
+                seconds, tokens[engine] = run(engine, beams, batch_size)
+                rates[engine].append(tokens[engine] / seconds)
+                progress.update()
+        stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in engines}
+        results.append(dict(decoding=decoding, num_beams=beams, batch_size=batch_size,
+                            sentences=sum(len(batch) for batch in token_batches[batch_size]), **stats))
+    progress.close()
+    return results
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.threads is not None:
@@ -134,13 +172,7 @@ def main(argv=None):
         translators = {name: ctranslate2.Translator(str(folder), device="cpu", inter_threads=1, intra_threads=threads)
                        for name, folder in folders.items()}
 
-    batches, token_batches = {}, {}
-    for batch_size in args.batch_sizes:
-        count = args.sentences if batch_size > 1 else args.sentences_bs1
-        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size)
-        encoded = tokenizer(sentences[:count])["input_ids"]
-        as_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]  # </s> included, as generate() sees it
-        token_batches[batch_size] = [as_tokens[start : start + batch_size] for start in range(0, count, batch_size)]
+    batches, token_batches = engine_batches(tokenizer, sentences, args)
 
     def run(engine, beams, batch_size, limit=None):
         if engine == "marian_generate":
@@ -149,34 +181,12 @@ def main(argv=None):
         return ct2_decode_all(translators[engine], token_batches[batch_size][:limit], beams, args.new_tokens,
                               args.length_penalty)
 
-    cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
-    results = []
-    engines = args.engines
-    progress = tqdm(total=len(cells) * args.repeats * len(engines), desc="decode", file=sys.stderr)
-    for beams, batch_size in cells:
-        decoding = "greedy" if beams == 1 else f"beam {beams}"
-        progress.set_postfix_str(f"{decoding}, batch {batch_size}")
-        for engine in engines:
-            run(engine, beams, batch_size, limit=1)  # warm-up
-        rates, tokens = {engine: [] for engine in engines}, {}
-        for repeat in range(args.repeats):
-            for engine in engines if repeat % 2 == 0 else engines[::-1]:
-                seconds, tokens[engine] = run(engine, beams, batch_size)
-                rates[engine].append(tokens[engine] / seconds)
-                progress.update()
-        stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in engines}
-        results.append(dict(
-            decoding=decoding,
-            num_beams=beams,
-            batch_size=batch_size,
-            sentences=sum(len(batch) for batch in token_batches[batch_size]),
-            **stats,
-            ours_ct2_over_marian_ct2=stats["ours_ct2"]["median"] / stats["marian_ct2"]["median"],
-        ))
-        if "marian_generate" in stats:
-            ratio = stats["ours_ct2"]["median"] / stats["marian_generate"]["median"]
-            results[-1]["ours_ct2_over_marian_generate"] = ratio
-    progress.close()
+    results = time_cells(run, args.engines, token_batches, args, desc="decode")
+    for result in results:
+        result["ours_ct2_over_marian_ct2"] = result["ours_ct2"]["median"] / result["marian_ct2"]["median"]
+        if "marian_generate" in result:
+            ratio = result["ours_ct2"]["median"] / result["marian_generate"]["median"]
+            result["ours_ct2_over_marian_generate"] = ratio
 
     env = environment()
     env["ctranslate2"] = ctranslate2.__version__

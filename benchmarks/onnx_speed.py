@@ -18,14 +18,12 @@ per second and two ratios of the medians: ORT float32 / PyTorch eager, and ORT i
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import ctranslate2
 import onnxruntime
 import torch
-from tqdm import tqdm
 
 from common import (
     SIZES,
@@ -38,10 +36,9 @@ from common import (
     markdown_table,
     model_configs,
     read_lines,
-    summary,
 )
-from ct2_speed import ct2_decode_all
-from generate_speed import decode_all, forced_length_kwargs, source_batches
+from ct2_speed import ct2_decode_all, engine_batches, time_cells
+from generate_speed import decode_all, forced_length_kwargs
 
 from vanilla_transformer.ctranslate2_export import export_ctranslate2
 from vanilla_transformer.onnx_export import ONNX_FILES, export_onnx, quantize_int8
@@ -108,13 +105,7 @@ def time_size(size: str, tokenizer, sentences: list[str], args, threads: int) ->
     with tempfile.TemporaryDirectory() as tmp:
         engines = exported_engines(size, tokenizer, args, threads, Path(tmp))
 
-    batches, token_batches = {}, {}
-    for batch_size in args.batch_sizes:
-        count = args.sentences if batch_size > 1 else args.sentences_bs1
-        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size)
-        encoded = tokenizer(sentences[:count])["input_ids"]
-        as_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]  # </s> included, as generate() sees it
-        token_batches[batch_size] = [as_tokens[start : start + batch_size] for start in range(0, count, batch_size)]
+    batches, token_batches = engine_batches(tokenizer, sentences, args)
 
     def run(engine, beams, batch_size, limit=None):
         if engine == "ct2_float32":
@@ -125,29 +116,11 @@ def time_size(size: str, tokenizer, sentences: list[str], args, threads: int) ->
                       length_penalty_type="transformers")
         return decode_all(engines[engine], batches[batch_size][:limit], kwargs)
 
-    cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
-    names = list(engines)
-    results = []
-    progress = tqdm(total=len(cells) * args.repeats * len(names), desc=f"decode ({size})", file=sys.stderr)
-    for beams, batch_size in cells:
-        decoding = "greedy" if beams == 1 else f"beam {beams}"
-        progress.set_postfix_str(f"{decoding}, batch {batch_size}")
-        for engine in names:
-            run(engine, beams, batch_size, limit=1)  # warm-up
-        rates, tokens = {engine: [] for engine in names}, {}
-        for repeat in range(args.repeats):
-            for engine in names if repeat % 2 == 0 else names[::-1]:
-                seconds, tokens[engine] = run(engine, beams, batch_size)
-                rates[engine].append(tokens[engine] / seconds)
-                progress.update()
-        stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in names}
-        result = dict(decoding=decoding, num_beams=beams, batch_size=batch_size,
-                      sentences=sum(len(batch) for batch in token_batches[batch_size]), **stats)
+    results = time_cells(run, list(engines), token_batches, args, desc=f"decode ({size})")
+    for result in results:
         for engine, reference, _, _ in TARGETS:
-            if engine in stats and reference in stats:
-                result[f"{engine}_over_{reference}"] = stats[engine]["median"] / stats[reference]["median"]
-        results.append(result)
-    progress.close()
+            if engine in result and reference in result:
+                result[f"{engine}_over_{reference}"] = result[engine]["median"] / result[reference]["median"]
     return results
 
 

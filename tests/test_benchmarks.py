@@ -178,6 +178,18 @@ class StandInTokenizer:
         return 1000
 
 
+def counted_training_step_flops(model) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """torch's count of the forward + backward FLOPs of one label-smoothed training step of `model` (vocabulary 1,000)
+    on 8 random pairs of 23 source and 19 target tokens, and those pairs' token ids."""
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(4, 1000, (8, 23), generator=generator)
+    labels = torch.randint(4, 1000, (8, 19), generator=generator)
+    with FlopCounterMode(display=False) as counter:
+        logits = model(input_ids=input_ids, decoder_input_ids=labels, use_cache=False).logits
+        torch.nn.functional.cross_entropy(logits.view(-1, 1000), labels.view(-1), label_smoothing=0.1).backward()
+    return counter.get_total_flops(), input_ids, labels
+
+
 @pytest.mark.parametrize("name", ["ours", "marian"])
 def test_training_flops_match_torch_flop_counter(name, monkeypatch):
     """Forward + backward matmul FLOPs of one step equal `training_flops`' analytic count (eager attention, whose
@@ -188,14 +200,9 @@ def test_training_flops_match_torch_flop_counter(name, monkeypatch):
 
     config = model_configs("tiny", StandInTokenizer(), dropout=0.1)[name]
     model = build_model(name, config, seed=0, attn_implementation="eager").train()
-    generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(4, 1000, (8, 23), generator=generator)
-    labels = torch.randint(4, 1000, (8, 19), generator=generator)
-    with FlopCounterMode(display=False) as counter:
-        logits = model(input_ids=input_ids, decoder_input_ids=labels, use_cache=False).logits
-        torch.nn.functional.cross_entropy(logits.view(-1, 1000), labels.view(-1), label_smoothing=0.1).backward()
+    counted, input_ids, labels = counted_training_step_flops(model)
     batch = dict(input_ids=input_ids.numpy(), labels=labels.numpy())
-    assert counter.get_total_flops() == training_flops(SIZES["tiny"], 1000, [batch])
+    assert counted == training_flops(SIZES["tiny"], 1000, [batch])
 
 
 def test_recipe_speeds_training_flops_count_what_torch_counts_on_unpadded_batches(monkeypatch):
@@ -214,18 +221,13 @@ def test_recipe_speeds_training_flops_count_what_torch_counts_on_unpadded_batche
         decoder_layers=shape["layers"], encoder_attention_heads=shape["heads"], decoder_attention_heads=shape["heads"],
         encoder_ffn_dim=shape["ffn_dim"], decoder_ffn_dim=shape["ffn_dim"], attn_implementation="eager")
     model = VanillaTransformerForConditionalGeneration(config).train()
-    generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(4, 1000, (8, 23), generator=generator)
-    labels = torch.randint(4, 1000, (8, 19), generator=generator)
-    with FlopCounterMode(display=False) as counter:
-        logits = model(input_ids=input_ids, decoder_input_ids=labels, use_cache=False).logits
-        torch.nn.functional.cross_entropy(logits.view(-1, 1000), labels.view(-1), label_smoothing=0.1).backward()
+    counted, input_ids, labels = counted_training_step_flops(model)
     pairs, source, target = 8, 23, 19
     sums = dict(source=pairs * source, target=pairs * target, source_squared=pairs * source**2,
                 target_squared=pairs * target**2, source_target=pairs * source * target)
     names = ("d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim", "vocab_size")
     flops = training_flops({name: getattr(config, name) for name in names}, sums)
-    assert flops == counter.get_total_flops()
+    assert flops == counted
     assert flops == padded_training_flops(shape, 1000, [dict(input_ids=input_ids.numpy(), labels=labels.numpy())])
     assert peak_tflops("NVIDIA H100 80GB HBM3") == peak_tflops("NVIDIA H200") == 989.4
     assert peak_tflops("NVIDIA H100 PCIe") == 756.0 and peak_tflops("NVIDIA L4") == 121.0

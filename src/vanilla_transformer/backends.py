@@ -25,6 +25,7 @@ from .batching import length_sorted_batches
 from .extras import require
 from .generation_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
 from .translate import InputTooLongError, tokenize_lines, translate_lines
+from .user_errors import not_exported
 
 
 PathLike = str | os.PathLike
@@ -56,15 +57,7 @@ def ct2_translator(model_dir: PathLike, device: str | None = None) -> Translator
     ctranslate2 = require("ctranslate2", extra="ct2")
     model_dir = Path(model_dir)
     if not ctranslate2.contains_model(str(model_dir)):
-        if (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors")):
-            raise ValueError(
-                f"{model_dir} is a transformers model folder; the ct2 backend needs it exported first: "
-                f"`vanilla-transformer export-ct2 --model {model_dir} --out {model_dir}-ct2`, then --model "
-                f"{model_dir}-ct2."
-            )
-        raise ValueError(
-            f"{model_dir} holds no CTranslate2 model (model.bin); make one with `vanilla-transformer export-ct2`."
-        )
+        raise not_exported(model_dir, "ct2", "CTranslate2 model (model.bin)")
     if device is None:
         device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     device_type, _, index = device.partition(":")

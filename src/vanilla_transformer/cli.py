@@ -500,6 +500,17 @@ def plot_attention_command(argv: list[str]) -> None:
     print(f"translation: {weights['translation']}\nattention plot written to {args.out}")
 
 
+def _export_parser(prog: str, description: str, kind: str) -> CommandParser:
+    """An export command's parser with the flags that come first in every export: --model and --out (a `kind`
+    folder)."""
+    parser = CommandParser(prog=prog, description=description)
+    parser.add_argument(
+        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help=f"The {kind} model folder to write.")
+    return parser
+
+
 def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """The flags every export shares (--max-positions, --force) added, parsed, and the model and --out checked."""
     parser.add_argument(
@@ -520,15 +531,12 @@ def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpa
 def export_ct2_command(argv: list[str]) -> None:
     from .ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
-    parser = CommandParser(
-        prog="vanilla-transformer export-ct2",
-        description="Convert a saved model to CTranslate2 for fast CPU and GPU inference (`translate --backend ct2`); "
-        "the folder also holds the tokenizer and generation config.",
+    parser = _export_parser(
+        "vanilla-transformer export-ct2",
+        "Convert a saved model to CTranslate2 for fast CPU and GPU inference (`translate --backend ct2`); the folder "
+        "also holds the tokenizer and generation config.",
+        "CTranslate2",
     )
-    parser.add_argument(
-        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
-    )
-    parser.add_argument("--out", required=True, metavar="DIR", help="The CTranslate2 model folder to write.")
     parser.add_argument(
         "--quantization", choices=QUANTIZATIONS, help="Type of the stored weights (default: float32, as trained)."
     )
@@ -541,15 +549,12 @@ def export_ct2_command(argv: list[str]) -> None:
 def export_onnx_command(argv: list[str]) -> None:
     from .onnx_export import QUANTIZATIONS, export_onnx
 
-    parser = CommandParser(
-        prog="vanilla-transformer export-onnx",
-        description="Export a saved model to ONNX for ONNX Runtime (`translate --backend onnx`): encoder_model.onnx, "
+    parser = _export_parser(
+        "vanilla-transformer export-onnx",
+        "Export a saved model to ONNX for ONNX Runtime (`translate --backend onnx`): encoder_model.onnx, "
         "decoder_model.onnx and decoder_with_past_model.onnx, with the config, generation config and tokenizer.",
+        "ONNX",
     )
-    parser.add_argument(
-        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
-    )
-    parser.add_argument("--out", required=True, metavar="DIR", help="The ONNX model folder to write.")
     parser.add_argument(
         "--quantize",
         choices=QUANTIZATIONS,

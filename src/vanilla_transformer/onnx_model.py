@@ -26,6 +26,7 @@ from .generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGe
 from .modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
 from .onnx_export import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES, cache_names
 from .translate import InputTooLongError
+from .user_errors import not_exported
 
 
 ort = require("onnxruntime", extra="onnx")
@@ -194,16 +195,7 @@ class VanillaTransformerORTForConditionalGeneration(
         if not model_dir.is_dir():
             raise FileNotFoundError(f"no such folder: {model_dir}")
         if missing:
-            if (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors")):
-                raise ValueError(
-                    f"{model_dir} is a transformers model folder; the onnx backend needs it exported first: "
-                    f"`vanilla-transformer export-onnx --model {model_dir} --out {model_dir}-onnx`, then --model "
-                    f"{model_dir}-onnx."
-                )
-            raise ValueError(
-                f"{model_dir} holds no ONNX model ({', '.join(missing)} missing); make one with "
-                "`vanilla-transformer export-onnx`."
-            )
+            raise not_exported(model_dir, "onnx", f"ONNX model ({', '.join(missing)} missing)")
         providers = _providers(device)
         if session_options is None:
             session_options = default_session_options()

@@ -111,6 +111,18 @@ def check_model(
     raise UserError(no_such_folder(value, hub_hint=hub))
 
 
+def not_exported(model_dir: Path, backend: str, holds_no: str) -> ValueError:
+    """The error for a folder given to the `backend` backend ("ct2", "onnx") that holds no such model (`holds_no`
+    says what is missing): a transformers model folder is told the `export-<backend>` command that makes one."""
+    if (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors")):
+        return ValueError(
+            f"{model_dir} is a transformers model folder; the {backend} backend needs it exported first: "
+            f"`vanilla-transformer export-{backend} --model {model_dir} --out {model_dir}-{backend}`, then --model "
+            f"{model_dir}-{backend}."
+        )
+    return ValueError(f"{model_dir} holds no {holds_no}; make one with `vanilla-transformer export-{backend}`.")
+
+
 def no_such_folder(value: str, *, hub_hint: bool = False) -> str:
     """The message for a missing folder `value`, with the existing folder it most likely misspells, if any."""
     if (near := close_folder(value)) is not None:
