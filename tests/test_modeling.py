@@ -2,6 +2,7 @@
 loading, Auto classes, remote code and clear errors. Formula-level fidelity lives in test_fidelity.py."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_tiny_config
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from vanilla_transformer import (
@@ -456,3 +458,40 @@ def test_a_folder_saved_by_the_previous_release_loads_and_translates_exactly_as_
     model.save_pretrained(tmp_path)  # saved again: the model's fields only, and only the model's code
     assert "dropout_implementation" not in json.loads((tmp_path / "config.json").read_text())
     assert not {"dropout.py", "input_checks.py"} & {path.name for path in tmp_path.iterdir()}
+
+
+# The initialisation: fairseq's for this post-norm model (docs/experiments/fairseq.md), recomputed from its formulas.
+
+
+@pytest.mark.parametrize("attention_bias", [False, True])
+def test_initialisation_is_fairseqs(attention_bias):
+    """Embeddings N(0, d_model^-0.5); query, key and value projections Xavier-uniform with gain 1/sqrt(2); output
+    projections Xavier-uniform with zero biases; feed-forward weights and biases uniform in +-1/sqrt(fan_in) (torch's
+    nn.Linear default); LayerNorms ones and zeros. Checked by bounds and by the standard deviation a uniform
+    distribution on those bounds has, on a model large enough for the statistics to be tight."""
+    torch.manual_seed(0)
+    d_model, d_ff = 256, 512
+    config = make_tiny_config(d_model=d_model, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, vocab_size=4000,
+                              attention_bias=attention_bias)
+    model = VanillaTransformerForConditionalGeneration(config)
+
+    def assert_uniform(tensor, bound):
+        assert tensor.abs().max() <= bound
+        assert tensor.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+
+    xavier = math.sqrt(6 / (2 * d_model))
+    layer = model.model.decoder.layers[0]
+    for attention in (layer.self_attn, layer.encoder_attn, model.model.encoder.layers[0].self_attn):
+        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+            assert_uniform(projection.weight, xavier / math.sqrt(2))
+        assert_uniform(attention.out_proj.weight, xavier)
+        if attention_bias:
+            assert not attention.out_proj.bias.any()
+    for fc, fan_in in ((layer.fc1, d_model), (layer.fc2, d_ff)):
+        assert_uniform(fc.weight, fan_in**-0.5)
+        assert_uniform(fc.bias, fan_in**-0.5)
+    embedding = model.get_input_embeddings().weight
+    assert embedding[1:].std().item() == pytest.approx(d_model**-0.5, rel=0.02)
+    assert not embedding[config.pad_token_id].any()
+    assert torch.equal(layer.final_layer_norm.weight, torch.ones(d_model))
+    assert not layer.final_layer_norm.bias.any()

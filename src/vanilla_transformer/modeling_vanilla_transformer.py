@@ -152,6 +152,10 @@ class VanillaTransformerAttention(nn.Module):
         self.k_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
         self.v_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
         self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
+        # Initialisation (`_init_weights`): query, key and value projections Xavier-uniform with gain 1/sqrt(2), so
+        # that the attention logits start at half the variance (fairseq's).
+        for projection in (self.q_proj, self.k_proj, self.v_proj):
+            projection.xavier_gain = 2**-0.5
 
     def forward(
         self,
@@ -220,6 +224,9 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = config.activation_dropout
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        # Initialisation (`_init_weights`): W1, b1, W2, b2 as nn.Linear initialises them (fairseq's), about half the
+        # Xavier scale, so that each residual sum starts closer to its input.
+        self.fc1.default_torch_init = self.fc2.default_torch_init = True
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
     def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -323,12 +330,18 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        # Xavier-uniform projections, zero biases (tensor2tensor and fairseq, which trained this post-norm model):
-        # activations keep their variance through the layers. Embeddings N(0, d_model^-0.5): times sqrt(d_model)
-        # (section 3.4) they have unit variance like the positional encodings, and as the tied pre-softmax
-        # projection they give logits of unit scale from the unit-variance LayerNorm output.
-        if isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
+        # The paper gives no initialisation; this is fairseq's for this post-norm model, with which ours learns update
+        # for update as fairseq's does (docs/experiments/fairseq.md). Embeddings N(0, d_model^-0.5): times
+        # sqrt(d_model) (section 3.4) they have unit variance like the positional encodings, and as the tied
+        # pre-softmax projection they give logits of unit scale from the unit-variance LayerNorm output. Projections
+        # Xavier-uniform with zero biases; the query, key and value projections with the smaller gain their attention
+        # gives them (`xavier_gain`); the feed-forward layers as nn.Linear initialises them.
+        if isinstance(module, nn.Linear) and getattr(module, "default_torch_init", False):
+            # Weights and biases uniform in +-1/sqrt(fan_in) (Kaiming-uniform with a = sqrt(5) for the weights).
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+            init.uniform_(module.bias, -module.in_features**-0.5, module.in_features**-0.5)
+        elif isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight, gain=getattr(module, "xavier_gain", 1.0))
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):

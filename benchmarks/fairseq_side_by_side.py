@@ -1,0 +1,475 @@
+"""Our train command beside fairseq's, at equal updates, on the same subwords: the anchor of
+docs/experiments/fairseq.md.
+
+Both systems train Wu et al.'s (2021) tiny Transformer on Multi30k En->De with the same settings (d_model 128, 4+4
+layers, 4 heads, d_ff 256, dropout 0.3, no attention or ReLU dropout, shared embeddings, Adam 0.9/0.98/1e-9, a 0.005
+peak after 2,000 linear warm-up updates then inverse square root, label smoothing 0.1, ~8,192-token batches, no
+clipping), on the pieces of one tokenizer: ours, trained on the training pairs and written space-separated for
+`fairseq-preprocess --joined-dictionary`. fairseq runs from its own venv (`benchmarks/fairseq_install.sh`); it is
+never a dependency of the package.
+
+    python benchmarks/fairseq_side_by_side.py prepare --data-dir path/to/multi30k --work runs/fairseq-sbs
+    python benchmarks/fairseq_side_by_side.py fairseq --work runs/fairseq-sbs --seed 1 --updates 500
+    python benchmarks/fairseq_side_by_side.py ours --work runs/fairseq-sbs --seed 0 --updates 500 [-- TRAIN FLAGS]
+    python benchmarks/fairseq_side_by_side.py compare --work runs/fairseq-sbs [--bleu]
+
+Each run writes a checkpoint every `--save-every` updates (default 100). `compare` reads both systems' logs and
+checkpoints into one table, in one unit: nats per target token (end-of-sentence included). Training windows: the
+label-smoothed loss each toolkit logs over its last 50 updates (fairseq logs bits; converted). Validation: the NLL
+without smoothing of every checkpoint on the full validation set (fairseq's own validation at the same updates, ours
+computed here in float32, eval mode). With `--bleu`, the last checkpoint of every run decodes test_2016_flickr with
+beam 4, length penalty 1.0 as both toolkits define it by default (score / length), at most source length + 50
+tokens, scored with sacreBLEU and the lowercased Moses-tokenized BLEU of `vanilla_transformer.metrics`.
+
+Extra flags after `--` go to our train command, so a candidate difference is switched alone in a run of its own:
+`ours --seed 0 --name ours-x -- --some_flag value`.
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+
+SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+SOURCE, TARGET = "en", "de"
+TINY = dict(d_model=128, layers=4, heads=4, ffn_dim=256, dropout=0.3, lr=0.005, warmup=2000, max_tokens=8192,
+            label_smoothing=0.1)
+LOG_EVERY = 50
+
+
+def read_gzip_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        return [line.rstrip("\n") for line in file]
+
+
+def tokenizer_of(work: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(work / "tokenizer")
+
+
+# --- prepare: one tokenizer, its pieces for fairseq -----------------------------------------------------------------
+
+def prepare(args) -> None:
+    from vanilla_transformer.tokenization import train_tokenizer
+
+    work, data = Path(args.work), Path(args.data_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "tokenizer" / "tokenizer.json").is_file():
+        tokenizer = train_tokenizer([data / f"train.{SOURCE}.gz", data / f"train.{TARGET}.gz"],
+                                    vocab_size=args.vocab_size, show_progress=False)
+        tokenizer.save_pretrained(work / "tokenizer")
+    tokenizer = tokenizer_of(work)
+    pieces = work / "pieces"
+    pieces.mkdir(exist_ok=True)
+    for split, name in SPLITS.items():
+        for lang in (SOURCE, TARGET):
+            lines = read_gzip_lines(data / f"{name}.{lang}.gz")
+            (pieces / f"{split}.{lang}").write_text(
+                "".join(" ".join(tokenizer.tokenize(line)) + "\n" for line in lines), encoding="utf-8")
+    run([fairseq_bin(args, "fairseq-preprocess"), "--source-lang", SOURCE, "--target-lang", TARGET,
+         "--trainpref", pieces / "train", "--validpref", pieces / "valid", "--testpref", pieces / "test",
+         "--destdir", work / "fairseq-bin", "--joined-dictionary", "--workers", "1"])
+    print(f"prepared {work}: tokenizer/, pieces/, fairseq-bin/")
+
+
+def fairseq_bin(args, name: str) -> str:
+    path = Path(args.fairseq_venv) / "bin" / name
+    if not path.exists():
+        sys.exit(f"{path} not found: run benchmarks/fairseq_install.sh {args.fairseq_venv}")
+    return str(path)
+
+
+def run(command: list, env: dict | None = None, log: Path | None = None) -> None:
+    command = [str(part) for part in command]
+    print("+", " ".join(command), flush=True)
+    if log is None:
+        subprocess.run(command, check=True, env=env)
+        return
+    with open(log, "w") as file:
+        subprocess.run(command, check=True, env=env, stdout=file, stderr=subprocess.STDOUT)
+
+
+def one_thread() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS=str(1), MKL_NUM_THREADS=str(1))
+
+
+# --- the two trainings -------------------------------------------------------------------------------------------------
+
+def train_fairseq(args) -> None:
+    work = Path(args.work)
+    out = work / (args.name or f"fairseq-s{args.seed}")
+    out.mkdir(parents=True, exist_ok=True)
+    run([fairseq_bin(args, "fairseq-train"), work / "fairseq-bin", "--task", "translation",
+         "--source-lang", SOURCE, "--target-lang", TARGET, "--arch", "transformer", "--share-all-embeddings",
+         "--encoder-layers", TINY["layers"], "--decoder-layers", TINY["layers"],
+         "--encoder-embed-dim", TINY["d_model"], "--decoder-embed-dim", TINY["d_model"],
+         "--encoder-ffn-embed-dim", TINY["ffn_dim"], "--decoder-ffn-embed-dim", TINY["ffn_dim"],
+         "--encoder-attention-heads", TINY["heads"], "--decoder-attention-heads", TINY["heads"],
+         "--dropout", TINY["dropout"], "--attention-dropout", 0, "--activation-dropout", 0,
+         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", 1e-9, "--clip-norm", 0,
+         "--lr", TINY["lr"], "--lr-scheduler", "inverse_sqrt", "--warmup-updates", TINY["warmup"],
+         "--warmup-init-lr", 0, "--criterion", "label_smoothed_cross_entropy",
+         "--label-smoothing", TINY["label_smoothing"], "--max-tokens", TINY["max_tokens"],
+         "--max-update", args.updates, "--seed", args.seed, "--save-dir", out,
+         "--save-interval-updates", args.save_every, "--validate-interval-updates", args.save_every,
+         "--keep-interval-updates", -1, "--no-epoch-checkpoints", "--no-last-checkpoints",
+         "--log-format", "json", "--log-interval", LOG_EVERY, "--no-progress-bar", "--cpu", "--num-workers", 0,
+         *args.extra], env=one_thread() if args.one_thread else None, log=out / "train.log")
+
+
+def train_ours(args) -> None:
+    work, data = Path(args.work), Path(args.data_dir)
+    out = work / (args.name or f"ours-s{args.seed}")
+    launcher = [sys.executable, "-m", "vanilla_transformer.cli"]
+    if args.candidates:
+        launcher = [sys.executable, __file__, "with-candidates", "--work", args.work, "--candidates", args.candidates,
+                    "--"]
+    run([*launcher, "train",
+         "--source_file", data / f"train.{SOURCE}.gz", "--target_file", data / f"train.{TARGET}.gz",
+         "--source_lang", SOURCE, "--target_lang", TARGET, "--tokenizer_name", work / "tokenizer",
+         "--preset", "base", "--d_model", TINY["d_model"], "--layers", TINY["layers"], "--heads", TINY["heads"],
+         "--ffn_dim", TINY["ffn_dim"], "--dropout", TINY["dropout"], "--attention_dropout", 0,
+         "--activation_dropout", 0, "--max_tokens", TINY["max_tokens"], "--warmup_steps", TINY["warmup"],
+         "--learning_rate", TINY["lr"], "--max_steps", args.updates, "--save_steps", args.save_every,
+         "--logging_steps", LOG_EVERY, "--seed", args.seed, "--output_dir", out, "--overwrite_output_dir",
+         "--predict_with_generate", "false", "--report_to", "none", *args.extra],
+        env=one_thread() if args.one_thread else None, log=out.with_suffix(".log"))
+
+
+# --- equivalence: one batch through both with the same weights -----------------------------------------------------
+
+# Run by the fairseq venv's Python: a checkpoint's model and criterion on the first validation pairs, in eval mode (no
+# dropout), with what our side needs to redo it: weights, batch, loss, gradients, fairseq's position table.
+FAIRSEQ_SIDE = """
+import sys, torch
+from fairseq import checkpoint_utils
+from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+checkpoint, data, out, pairs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
+model = models[0].float().eval()
+task.load_dataset("valid")
+dataset = task.dataset("valid")
+batch = dataset.collater([dataset[i] for i in range(pairs)])
+criterion = task.build_criterion(cfg.criterion)
+loss, sample_size, logged = criterion(model, batch)
+loss.backward()
+torch.save(dict(
+    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+    grads={k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None},
+    loss=loss.item(), nll_loss=float(logged["nll_loss"]), sample_size=int(sample_size),
+    src_tokens=batch["net_input"]["src_tokens"], prev_output_tokens=batch["net_input"]["prev_output_tokens"],
+    target=batch["target"], pad=task.target_dictionary.pad(), eos=task.target_dictionary.eos(),
+    positions=SinusoidalPositionalEmbedding.get_embedding(1100, model.encoder.embed_tokens.embedding_dim,
+                                                          task.target_dictionary.pad()),
+), out)
+"""
+
+
+def right_padded(tokens: torch.Tensor, pad: int) -> torch.Tensor:
+    """fairseq pads sources on the left; ours on the right."""
+    rows = [row[row != pad] for row in tokens]
+    return torch.stack([torch.cat([row, row.new_full((tokens.shape[1] - len(row),), pad)]) for row in rows])
+
+
+def check_equivalence(args) -> None:
+    """The same weights, batch and loss through fairseq's model and ours: with fairseq's checkpoint mapped onto our
+    classes (attention biases on, fairseq's position table), the label-smoothed loss, the NLL and every gradient
+    must agree to float32 rounding. What it shows: the two compute the same function and the same gradients, so a
+    difference in learning comes from initialisation, data or the update, not from the model or the loss."""
+    import tempfile
+
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.training import label_smoothed_cross_entropy
+
+    work = Path(args.work)
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "fairseq.pt"
+        subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_SIDE, str(work / args.checkpoint),
+                        str(work / "fairseq-bin"), str(dump), str(args.pairs)], check=True, env=one_thread(),
+                       stderr=subprocess.DEVNULL)
+        theirs = torch.load(dump)
+    state = theirs["state"]
+    vocab, d_model = state["encoder.embed_tokens.weight"].shape
+    layers = 1 + max(int(key.split(".")[2]) for key in state if key.startswith("encoder.layers."))
+    ffn_dim = state["encoder.layers.0.fc1.weight"].shape[0]
+    config = VanillaTransformerConfig(
+        vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers, encoder_ffn_dim=ffn_dim,
+        decoder_ffn_dim=ffn_dim, encoder_attention_heads=TINY["heads"], decoder_attention_heads=TINY["heads"],
+        attention_bias=True, pad_token_id=theirs["pad"], eos_token_id=theirs["eos"], bos_token_id=0,
+        decoder_start_token_id=theirs["eos"])
+    model = VanillaTransformerForConditionalGeneration(config).float().eval()
+    # Left out: fairseq's copies of the encoder layers' weights for its inference fast path (in_proj_weight,
+    # fc1_weight, ...: never trained, never read in training), version markers and the tied output projection.
+    ours = {f"model.{key}": value for key, value in state.items()
+            if key.rsplit(".", 1)[-1] not in {"in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias",
+                                              "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias", "version",
+                                              "_float_tensor"}
+            and key != "decoder.output_projection.weight"}
+    ours["model.shared.weight"] = ours.pop("model.encoder.embed_tokens.weight")
+    ours.pop("model.decoder.embed_tokens.weight")
+    missing, unexpected = model.load_state_dict(ours, strict=False)
+    assert not unexpected and set(missing) <= {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+                                               "lm_head.weight"}, (missing, unexpected)
+    # fairseq's sinusoids: sines then cosines, first position padding_idx + 1.
+    table = theirs["positions"][theirs["pad"] + 1:][:1024]
+    for stack in (model.model.encoder, model.model.decoder):
+        stack.embed_positions.table.copy_(table)
+    pad = theirs["pad"]
+    input_ids = right_padded(theirs["src_tokens"], pad)
+    labels = theirs["target"].masked_fill(theirs["target"] == pad, -100)
+    outputs = model(input_ids=input_ids, attention_mask=(input_ids != pad).long(),
+                    decoder_input_ids=theirs["prev_output_tokens"],
+                    decoder_attention_mask=(theirs["prev_output_tokens"] != pad).long())
+    tokens = int((labels != -100).sum())
+    # fairseq smooths over the other V - 1 classes, torch over all V: the same loss with epsilon * V / (V - 1).
+    epsilon = TINY["label_smoothing"] * vocab / (vocab - 1)
+    loss = label_smoothed_cross_entropy(epsilon)(outputs, labels)
+    nll = torch.nn.functional.cross_entropy(outputs.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    loss.backward()
+    print(f"{tokens} target tokens ({theirs['sample_size']} in fairseq's batch)")
+    print(f"label-smoothed loss per token: ours {loss.item():.6f}, fairseq {theirs['loss'] / tokens:.6f}")
+    print(f"NLL per token: ours {nll.item():.6f}, fairseq {theirs['nll_loss'] / tokens:.6f}")
+    errors = {}
+    names = {f"model.{key}": key for key in theirs["grads"]}
+    names["model.shared.weight"] = "encoder.embed_tokens.weight"
+    for name, parameter in model.named_parameters():
+        key = names.get(name)
+        # A key projection's bias adds the same score to every key of a query, which softmax cancels: its gradient
+        # is zero but for rounding, in both, and has no relative difference to speak of.
+        if key is None or key not in theirs["grads"] or name.endswith("k_proj.bias"):
+            continue
+        reference = theirs["grads"][key] / theirs["sample_size"]
+        errors[name] = ((parameter.grad - reference).norm() / reference.norm().clamp_min(1e-12)).item()
+    worst = max(errors, key=errors.get)
+    print(f"gradients of {len(errors)} tensors: largest relative difference {errors[worst]:.2e} ({worst})")
+
+
+# --- candidate differences, switched on in our run alone ------------------------------------------------------------
+
+def xavier_init(model) -> None:
+    """The package's initialisation before it took fairseq's: every projection Xavier-uniform (gain 1) with zero
+    biases, the feed-forward layers included."""
+    for layer in [*model.model.encoder.layers, *model.model.decoder.layers]:
+        attentions = [layer.self_attn, getattr(layer, "encoder_attn", None)]
+        projections = [p for a in attentions if a is not None for p in (a.q_proj, a.k_proj, a.v_proj, a.out_proj)]
+        for linear in [*projections, layer.fc1, layer.fc2]:
+            torch.nn.init.xavier_uniform_(linear.weight)
+            if linear.bias is not None:
+                torch.nn.init.zeros_(linear.bias)
+
+
+def fairseq_attention_biases(model) -> None:
+    """fairseq's attention projections have biases (the paper's have none): query, key and value biases as
+    nn.Linear initialises them, uniform in +-1/sqrt(d_model), the output projection's zero."""
+    for layer in [*model.model.encoder.layers, *model.model.decoder.layers]:
+        for attention in (layer.self_attn, getattr(layer, "encoder_attn", None)):
+            if attention is None:
+                continue
+            for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+                bound = projection.in_features**-0.5
+                torch.nn.init.uniform_(projection.bias, -bound, bound)
+            torch.nn.init.zeros_(attention.out_proj.bias)
+
+
+# Each switches one difference on in our run: `attention_bias` builds the model with fairseq's attention biases,
+# `xavier_init` redoes the package's former initialisation.
+# Applied in this order, so that `attention_bias` sets the biases whatever `xavier_init` did.
+CANDIDATES = {"xavier_init": xavier_init, "attention_bias": fairseq_attention_biases}
+
+
+def with_candidates(args) -> None:
+    """Our train command with the named fairseq behaviours switched on (a new model's init or config)."""
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.cli import main as cli_main
+
+    names = [name for name in args.candidates.split(",") if name]
+    unknown = set(names) - set(CANDIDATES)
+    if unknown:
+        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted(CANDIDATES)}")
+    original_init = VanillaTransformerForConditionalGeneration.__init__
+
+    def patched_init(self, config):
+        if "attention_bias" in names:
+            config.attention_bias = True
+        original_init(self, config)
+        with torch.no_grad():
+            for name, switch_on in CANDIDATES.items():
+                if name in names:
+                    switch_on(self)
+
+    VanillaTransformerForConditionalGeneration.__init__ = patched_init
+    print(f"candidates switched on: {names}", flush=True)
+    cli_main(args.extra)
+
+
+# --- compare: one table in nats --------------------------------------------------------------------------------------
+
+def fairseq_curves(run_dir: Path) -> tuple[dict, dict]:
+    """(updates -> label-smoothed training loss over the last window, updates -> validation NLL), in nats."""
+    train, valid = {}, {}
+    for line in (run_dir / "train.log").read_text().splitlines():
+        start = line.find("{")
+        if start < 0:
+            continue
+        try:
+            record = json.loads(line[start:])
+        except json.JSONDecodeError:
+            continue
+        if "valid_nll_loss" in record:
+            valid[int(record["valid_num_updates"])] = float(record["valid_nll_loss"]) * math.log(2)
+        elif "loss" in record and "num_updates" in record:
+            train[int(record["num_updates"])] = float(record["loss"]) * math.log(2)
+    return train, valid
+
+
+def ours_train_curve(run_dir: Path) -> dict:
+    states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    if not states:
+        return {}
+    history = json.loads(states[-1].read_text())["log_history"]
+    return {int(entry["step"]): float(entry["loss"]) for entry in history if "loss" in entry}
+
+
+@torch.inference_mode()
+def validation_nll(checkpoint: Path, tokenizer, sources: list[str], targets: list[str]) -> float:
+    """NLL in nats per target token (end of sentence included) of `checkpoint` on the pairs, float32, eval mode."""
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    for start in range(0, len(order), 100):
+        rows = order[start:start + 100]
+        batch = tokenizer([sources[i] for i in rows], text_target=[targets[i] for i in rows], padding=True,
+                          return_tensors="pt")
+        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).logits
+        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
+                                                   ignore_index=-100, reduction="sum").item()
+        count += int((labels != -100).sum())
+    return total / count
+
+
+def ours_validation_curve(run_dir: Path, work: Path, data: Path, cache: dict) -> dict:
+    tokenizer = tokenizer_of(work)
+    sources = read_gzip_lines(data / f"{SPLITS['valid']}.{SOURCE}.gz")
+    targets = read_gzip_lines(data / f"{SPLITS['valid']}.{TARGET}.gz")
+    curve = {}
+    for checkpoint in run_dir.glob("checkpoint-*"):
+        step = int(checkpoint.name.split("-")[1])
+        key = f"{run_dir.name}/{step}"
+        if key not in cache:
+            cache[key] = validation_nll(checkpoint, tokenizer, sources, targets)
+        curve[step] = cache[key]
+    return curve
+
+
+def compare(args) -> None:
+    work, data = Path(args.work), Path(args.data_dir)
+    cache_file = work / "validation_nll.json"
+    cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+    runs = {}
+    for run_dir in sorted(p for p in work.iterdir() if p.is_dir() and re.match(r"(fairseq|ours)", p.name)):
+        if run_dir.name.startswith("fairseq"):
+            if (run_dir / "train.log").is_file():
+                runs[run_dir.name] = fairseq_curves(run_dir)
+        elif any(run_dir.glob("checkpoint-*")):
+            runs[run_dir.name] = (ours_train_curve(run_dir), ours_validation_curve(run_dir, work, data, cache))
+            cache_file.write_text(json.dumps(cache, indent=1))
+    names = sorted(runs)
+    for title, index in (("training loss, label-smoothed (nats, mean of the last 50 updates)", 0),
+                         ("validation NLL (nats per target token)", 1)):
+        steps = sorted({step for name in names for step in runs[name][index]})
+        if title.startswith("training"):
+            steps = [s for s in steps if s in (50, 100, 200, 300, 500, 1000, 1500, 2000) or s % 1000 == 0]
+        print(f"\n{title}\n\n| updates | " + " | ".join(names) + " |\n| --- |" + " --- |" * len(names))
+        for step in steps:
+            cells = [f"{runs[name][index][step]:.3f}" if step in runs[name][index] else "" for name in names]
+            print(f"| {step} | " + " | ".join(cells) + " |")
+    if args.bleu:
+        print("\ntest_2016_flickr, last checkpoint, beam 4, length penalty 1.0 (score / length), source + 50\n")
+        print("| run | updates | sacreBLEU | BLEU lowercased Moses | brevity penalty | length ratio |\n"
+              "| --- | --- | --- | --- | --- | --- |")
+        for name in names:
+            print(bleu_row(args, work, data, work / name), flush=True)
+
+
+def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
+    from vanilla_transformer.metrics import score_translations
+
+    references = read_gzip_lines(data / f"{SPLITS['test']}.{TARGET}.gz")
+    if run_dir.name.startswith("fairseq"):
+        checkpoints = sorted(run_dir.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
+        step, hypotheses = int(checkpoints[-1].stem.split("_")[-1]), fairseq_translations(args, work, checkpoints[-1])
+    else:
+        checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        step, hypotheses = int(checkpoints[-1].name.split("-")[1]), our_translations(work, data, checkpoints[-1])
+    scores = score_translations(hypotheses, references, moses_lang=TARGET)
+    ratio = re.search(r"ratio = ([0-9.]+)", scores["bleu_report"]).group(1)
+    return (f"| {run_dir.name} | {step} | {scores['bleu']:.2f} | {scores['bleu_lc_moses']:.2f} | "
+            f"{scores['bleu_bp']:.3f} | {ratio} |")
+
+
+def fairseq_translations(args, work: Path, checkpoint: Path) -> list[str]:
+    tokenizer = tokenizer_of(work)
+    output = subprocess.run(
+        [fairseq_bin(args, "fairseq-generate"), str(work / "fairseq-bin"), "--path", str(checkpoint),
+         "--gen-subset", "test", "--source-lang", SOURCE, "--target-lang", TARGET, "--beam", "4", "--lenpen", "1.0",
+         "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "64", "--cpu"],
+        check=True, capture_output=True, text=True).stdout
+    hypotheses = {}
+    for line in output.splitlines():
+        if line.startswith("H-"):
+            key, _, pieces = line.split("\t", 2)
+            ids = tokenizer.convert_tokens_to_ids(pieces.split())
+            hypotheses[int(key[2:])] = tokenizer.decode(ids, skip_special_tokens=True)
+    return [hypotheses[i] for i in range(len(hypotheses))]
+
+
+def our_translations(work: Path, data: Path, checkpoint: Path) -> list[str]:
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.translate import translate_lines
+
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32)
+    sources = read_gzip_lines(data / f"{SPLITS['test']}.{SOURCE}.gz")
+    return translate_lines(model, tokenizer_of(work), sources, batch_size=64, num_beams=4, length_penalty=1.0,
+                           length_penalty_type="transformers", early_stopping=True, show_progress=False)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["prepare", "fairseq", "ours", "compare", "with-candidates", "equivalence"])
+    parser.add_argument("--work", required=True, help="Folder of the tokenizer, the data and every run.")
+    parser.add_argument("--data-dir", default="../shared/data/multi30k", help="Multi30k's gzip files.")
+    parser.add_argument("--fairseq-venv", default=".venv-fairseq")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--updates", type=int, default=500)
+    parser.add_argument("--save-every", type=int, default=100)
+    parser.add_argument("--name", help="The run's folder under --work (default: SYSTEM-sSEED).")
+    parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
+    parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
+                                                          f"{', '.join(CANDIDATES)}.")
+    parser.add_argument("--checkpoint", help="equivalence: a fairseq checkpoint, relative to --work.")
+    parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
+    parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.extra = extra
+    commands = {"prepare": prepare, "fairseq": train_fairseq, "ours": train_ours, "compare": compare,
+                "with-candidates": with_candidates, "equivalence": check_equivalence}
+    commands[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
