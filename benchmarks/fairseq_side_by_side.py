@@ -75,7 +75,12 @@ def prepare(args) -> None:
             lines = read_gzip_lines(data / f"{name}.{lang}.gz")
             (pieces / f"{split}.{lang}").write_text(
                 "".join(" ".join(tokenizer.tokenize(line)) + "\n" for line in lines), encoding="utf-8")
-    run([fairseq_bin(args, "fairseq-preprocess"), "--source-lang", SOURCE, "--target-lang", TARGET,
+    preprocess = Path(args.fairseq_venv) / "bin" / "fairseq-preprocess"
+    if not preprocess.exists():  # our runs need the tokenizer only
+        print(f"prepared {work}: tokenizer/, pieces/; no fairseq in {args.fairseq_venv} (benchmarks/"
+              "fairseq_install.sh installs it), so no fairseq-bin/ yet: run prepare again once it is there")
+        return
+    run([preprocess, "--source-lang", SOURCE, "--target-lang", TARGET,
          "--trainpref", pieces / "train", "--validpref", pieces / "valid", "--testpref", pieces / "test",
          "--destdir", work / "fairseq-bin", "--joined-dictionary", "--workers", "1"])
     print(f"prepared {work}: tokenizer/, pieces/, fairseq-bin/")

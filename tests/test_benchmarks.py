@@ -371,3 +371,46 @@ def test_onnx_speed_smoke(data_dir, tmp_path):
         assert [result[engine]["generated_tokens"] for engine in engines] == [expected] * 4
     assert "ORT float32 >= 1.5x PyTorch eager at batch size 1: " in stdout
     assert "ORT int8 >= 1x CT2 float32 in every cell: " in stdout
+
+
+# A fairseq training log's lines, as `fairseq-train --log-format json` writes them: losses in bits.
+FAIRSEQ_LOG = """\
+2026-11-28 03:36:45 | INFO | train_inner | {"epoch": 1, "update": 0.694, "loss": "12.6", "nll_loss": "12.485", \
+"num_updates": "50", "lr": "0.000125"}
+2026-11-28 03:39:04 | INFO | valid | {"epoch": 1, "valid_loss": "11.023", "valid_nll_loss": "10.735", \
+"valid_num_updates": "72"}
+2026-11-28 03:42:57 | INFO | valid | {"epoch": 2, "valid_loss": "10.16", "valid_nll_loss": "9.75", \
+"valid_num_updates": "100", "valid_best_loss": "10.16"}
+"""
+
+
+@pytest.mark.slow
+def test_fairseq_side_by_side_trains_ours_and_tables_both_in_nats(multi30k, tmp_path):
+    """Without fairseq installed: `prepare` writes the tokenizer and the pieces, `ours` trains our tiny model for a
+    few updates on them, and `compare` puts our curves beside a fairseq run's log in one unit (bits converted to
+    nats), with our validation NLL computed from each checkpoint."""
+    script, work = str(BENCHMARKS / "fairseq_side_by_side.py"), tmp_path / "work"
+    common = ["--work", str(work), "--data-dir", str(multi30k), "--fairseq-venv", str(tmp_path / "no-fairseq")]
+
+    def run(command, *arguments):  # the flags after `--` go to our train command
+        result = subprocess.run([sys.executable, script, command, *common, *arguments], capture_output=True,
+                                text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout
+
+    assert "no fairseq" in run("prepare", "--vocab-size", "1000")
+    pieces = (work / "pieces" / "valid.en").read_text(encoding="utf-8").splitlines()
+    assert len(pieces) == 1014 and all(line.split() for line in pieces)
+    run("ours", "--updates", "2", "--save-every", "1", "--", "--max_tokens", "1024")
+    (work / "fairseq-s1").mkdir()
+    (work / "fairseq-s1" / "train.log").write_text(FAIRSEQ_LOG)
+    tables = run("compare")
+    training, validation = tables.split("validation NLL")
+    header, *rows = table_rows(validation)
+    assert header == ["updates", "fairseq-s1", "ours-s0"]
+    by_step = {row[0]: row[1:] for row in rows}
+    assert by_step["72"][0] == f"{10.735 * math.log(2):.3f}" and by_step["100"][0] == f"{9.75 * math.log(2):.3f}"
+    ours = [float(by_step[step][1]) for step in ("1", "2")]
+    assert all(math.log(100) < nll < math.log(1000) + 1 for nll in ours), ours  # near chance after 2 updates
+    header, *rows = table_rows(training)
+    assert rows[0][:2] == ["50", f"{12.6 * math.log(2):.3f}"]
