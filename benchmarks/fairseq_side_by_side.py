@@ -93,13 +93,13 @@ def fairseq_bin(args, name: str) -> str:
     return str(path)
 
 
-def run(command: list, env: dict | None = None, log: Path | None = None) -> None:
+def run(command: list, env: dict | None = None, log: Path | None = None, append: bool = False) -> None:
     command = [str(part) for part in command]
     print("+", " ".join(command), flush=True)
     if log is None:
         subprocess.run(command, check=True, env=env)
         return
-    with open(log, "w") as file:
+    with open(log, "a" if append else "w") as file:
         subprocess.run(command, check=True, env=env, stdout=file, stderr=subprocess.STDOUT)
 
 
@@ -113,6 +113,10 @@ def train_fairseq(args) -> None:
     work = Path(args.work)
     out = work / (args.name or f"fairseq-s{args.seed}")
     out.mkdir(parents=True, exist_ok=True)
+    # --resume: on from the run's last checkpoint, as if it had never stopped (fairseq restores the optimizer, the
+    # schedule and its place in the epoch).
+    checkpoints = sorted(out.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
+    restore = ["--restore-file", checkpoints[-1]] if args.resume and checkpoints else []
     run([fairseq_bin(args, "fairseq-train"), work / "fairseq-bin", "--task", "translation",
          "--source-lang", SOURCE, "--target-lang", TARGET, "--arch", "transformer", "--share-all-embeddings",
          "--encoder-layers", TINY["layers"], "--decoder-layers", TINY["layers"],
@@ -128,7 +132,8 @@ def train_fairseq(args) -> None:
          "--save-interval-updates", args.save_every, "--validate-interval-updates", args.save_every,
          "--keep-interval-updates", -1, "--no-epoch-checkpoints", "--no-last-checkpoints",
          "--log-format", "json", "--log-interval", LOG_EVERY, "--no-progress-bar", "--cpu", "--num-workers", 0,
-         *args.extra], env=one_thread() if args.one_thread else None, log=out / "train.log")
+         *restore, *args.extra], env=one_thread() if args.one_thread else None, log=out / "train.log",
+        append=args.resume)
 
 
 def train_ours(args) -> None:
@@ -145,9 +150,9 @@ def train_ours(args) -> None:
          "--ffn_dim", TINY["ffn_dim"], "--dropout", TINY["dropout"], "--attention_dropout", 0,
          "--activation_dropout", 0, "--max_tokens", TINY["max_tokens"], "--warmup_steps", TINY["warmup"],
          "--learning_rate", TINY["lr"], "--max_steps", args.updates, "--save_steps", args.save_every,
-         "--logging_steps", LOG_EVERY, "--seed", args.seed, "--output_dir", out, "--overwrite_output_dir",
+         "--logging_steps", LOG_EVERY, "--seed", args.seed, "--output_dir", out, *start,
          "--predict_with_generate", "false", "--report_to", "none", *args.extra],
-        env=one_thread() if args.one_thread else None, log=out.with_suffix(".log"))
+        env=one_thread() if args.one_thread else None, log=out.with_suffix(".log"), append=args.resume)
 
 
 # --- equivalence: one batch through both with the same weights -----------------------------------------------------
@@ -461,6 +466,8 @@ def main(argv=None) -> None:
     parser.add_argument("--updates", type=int, default=500)
     parser.add_argument("--save-every", type=int, default=100)
     parser.add_argument("--name", help="The run's folder under --work (default: SYSTEM-sSEED).")
+    parser.add_argument("--resume", action="store_true", help="fairseq, ours: go on from the run's last checkpoint "
+                                                               "to --updates.")
     parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
     parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
                                                           f"{', '.join(CANDIDATES)}.")
