@@ -139,6 +139,10 @@ def train_fairseq(args) -> None:
 def train_ours(args) -> None:
     work, data = Path(args.work), Path(args.data_dir)
     out = work / (args.name or f"ours-s{args.seed}")
+    # --resume: the train command goes on from the run's last checkpoint, exactly as if it had never stopped.
+    checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    start = (["--resume_from_checkpoint", checkpoints[-1]] if args.resume and checkpoints
+             else ["--overwrite_output_dir"])
     launcher = [sys.executable, "-m", "vanilla_transformer.cli"]
     if args.candidates:
         launcher = [sys.executable, __file__, "with-candidates", "--work", args.work, "--candidates", args.candidates,
