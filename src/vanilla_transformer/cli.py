@@ -37,6 +37,7 @@ from .user_errors import (
 
 def average_command(argv: list[str]) -> None:
     from .averaging import average_checkpoints, find_checkpoints
+    from .checkpoints import complete_checkpoints
 
     parser = CommandParser(
         prog="vanilla-transformer average",
@@ -50,6 +51,8 @@ def average_command(argv: list[str]) -> None:
     check_output_folder(args.out)
     with user_errors(ValueError, OSError):
         checkpoints = find_checkpoints(args.run, args.last)
+        for path, problem in complete_checkpoints(args.run, to_resume=False)[1].items():
+            print(f"skipped {path}, an incomplete checkpoint: {problem}", file=sys.stderr)
         average_checkpoints(checkpoints, args.out, force=args.force)
     print(f"averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {args.out}")
 

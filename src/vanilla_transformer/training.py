@@ -26,6 +26,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallba
 from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
+from .checkpoints import MarkCompleteCheckpoints
 from .metrics import score_translations
 from .tokenization import BPEDropout
 
@@ -140,10 +141,13 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     epoch's few batch shapes (`TokenBatchSampler`).
     Training batches are collated through `TokenIdCheckingCollator`, in `dataloader_num_workers` worker processes
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
-    check them."""
+    check them.
+    Each checkpoint is marked complete once written (`checkpoints.MarkCompleteCheckpoints`), so that one cut short
+    by a kill is never resumed from or averaged."""
 
     def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.add_callback(MarkCompleteCheckpoints)  # after the callbacks given, which may decide to save
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self._flops_per_input_token = None
