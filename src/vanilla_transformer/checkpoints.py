@@ -14,11 +14,12 @@ by their files: a readable `trainer_state.json`, which the Trainer writes last, 
 import json
 import os
 import re
-import struct
 from pathlib import Path
 
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .user_errors import file_problem
 
 
 COMPLETE = "checkpoint_complete.json"
@@ -87,25 +88,13 @@ def checkpoint_problem(
 
 
 def weights_problem(folder: str | os.PathLike) -> str | None:
-    """Why the `model.safetensors` of `folder` is not whole, in words; None when its length is the one its header
-    describes (the header is read, not the tensors). A folder without that file (sharded or other weights) is not
-    judged here."""
+    """Why the `model.safetensors` of `folder` is not whole, in words; None when it is, or when `folder` has no such
+    file (sharded or other weights are not judged here)."""
     path = Path(folder) / "model.safetensors"
     if not path.is_file():
         return None
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as file:
-            (header_size,) = struct.unpack("<Q", file.read(8))
-            if header_size > size - 8:
-                return f"{path.name} is truncated ({size:,} bytes)"
-            header = json.loads(file.read(header_size))
-        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
-        return f"{path.name} is not a safetensors file (truncated or garbled)"
-    if size != 8 + header_size + end:
-        return f"{path.name} is truncated ({size:,} bytes of {8 + header_size + end:,})"
-    return None
+    problem = file_problem(path)
+    return problem.replace(str(path), path.name) if problem else None
 
 
 def complete_checkpoints(

@@ -21,6 +21,7 @@ from pathlib import Path
 from .extras import MissingExtraError, require
 from .user_errors import (
     CommandParser,
+    Preempted,
     UserError,
     check_input_file,
     check_model,
@@ -628,6 +629,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print(f"vanilla-transformer {name}: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Preempted as stop:  # SIGTERM stopped training: as Ctrl-C, 128 + the signal
+        print(f"vanilla-transformer {name}: {stop}", file=sys.stderr)
+        sys.exit(128 + stop.signal_number)
 
 
 if __name__ == "__main__":

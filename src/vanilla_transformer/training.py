@@ -12,7 +12,9 @@ The `train` command's speed-ups for CPU training live apart, in `cpu_training.py
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
+import contextlib
 import logging
+import signal
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -27,6 +29,7 @@ from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .checkpoints import MarkCompleteCheckpoints
+from .user_errors import Preempted
 from .metrics import score_translations
 from .tokenization import BPEDropout
 
@@ -294,6 +297,50 @@ class TrainingTimeBudget(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class SaveOnSignal(TrainerCallback):
+    """SIGTERM, the signal by which SLURM, Kubernetes and spot instances preempt a job, handled as a stop with a
+    checkpoint: during training the step under way ends, a checkpoint is written and training stops; `stopped` then
+    holds the signal and the step, and the command raises `Preempted`. Before training begins there is nothing to
+    save, and after it ends the run saves on its own: the signal raises `Preempted` at once. Installed by `handling`,
+    in the main thread of one process."""
+
+    def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM,)):
+        self.signals = signals
+        self.training = False
+        self.received = None
+        self.stopped = None  # (signal, step) once training stopped for a signal
+
+    @contextlib.contextmanager
+    def handling(self):
+        """The signals handled inside the block, their former handlers restored after it."""
+        former = {number: signal.signal(number, self.handle) for number in self.signals}
+        try:
+            yield self
+        finally:
+            for number, handler in former.items():
+                signal.signal(number, handler)
+
+    def handle(self, number, frame):
+        if not self.training:
+            raise Preempted(f"stopped by {signal.Signals(number).name}", number)
+        self.received = number
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received is not None:
+            logger.warning("%s received: saving a checkpoint at step %d and stopping",
+                           signal.Signals(self.received).name, state.global_step)
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped = (self.received, state.global_step)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
 
 
 def tokenize_pairs(

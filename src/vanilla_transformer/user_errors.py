@@ -7,13 +7,25 @@ import argparse
 import contextlib
 import difflib
 import os
+import json
 import re
+import struct
 import threading
 from pathlib import Path
 
 
 class UserError(Exception):
     """A mistake in what the user gave a command, which the message names; printed as one line, exit status 2."""
+
+
+class Preempted(Exception):
+    """Not a mistake but a stop: a command ended by a signal it handles (SIGTERM during training saves a checkpoint
+    first); printed as one line that says where it stopped and what to do, exit status 128 + the signal's number, as
+    Ctrl-C's 130."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
 
 
 class OneLineErrors:
@@ -87,6 +99,8 @@ def check_model(
             raise UserError(f"{value} has no model weights ({WEIGHT_FILES[0]})")
         if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
             raise UserError(f"{value} has no tokenizer files ({' or '.join(TOKENIZER_FILES)})")
+        check_model_files(folder, [*(["config.json"] if config else []), *(WEIGHT_FILES[:2] if weights else []),
+                                   *(TOKENIZER_FILES if tokenizer else [])])
         return value
     if folder.exists():
         raise UserError(f"{value} is a file, not a folder")
@@ -109,6 +123,46 @@ def check_model(
             )
         return value
     raise UserError(no_such_folder(value, hub_hint=hub))
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with the JSON or safetensors file `path`, naming it, in one line; None when it reads (a
+    safetensors file: its header, and a length equal to the one the header describes; its tensors are not read)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                return f"{path} is truncated or not JSON"
+        elif path.suffix == ".safetensors":
+            return _safetensors_problem(path)
+    except OSError as error:
+        return describe(error)
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        try:
+            (header_size,) = struct.unpack("<Q", file.read(8))
+            if header_size > size - 8:
+                return f"{path} is truncated ({size:,} bytes)"
+            header = json.loads(file.read(header_size))
+            end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError, struct.error):
+            return f"{path} is not a safetensors file (truncated or garbled)"
+    if size != 8 + header_size + end:
+        return f"{path} is truncated ({size:,} bytes of {8 + header_size + end:,})"
+    return None
+
+
+def check_model_files(folder: str | os.PathLike, names) -> None:
+    """A `UserError` naming the first of the files `names` of `folder` that is truncated or garbled."""
+    for name in names:
+        if (Path(folder) / name).is_file() and (problem := file_problem(Path(folder) / name)) is not None:
+            raise UserError(problem)
 
 
 def not_exported(model_dir: Path, backend: str, holds_no: str) -> ValueError:
