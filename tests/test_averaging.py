@@ -245,3 +245,29 @@ def test_a_run_without_marks_is_judged_by_its_files(run_dir, tmp_path):
     assert checkpoint_problem(cut) == f"model.safetensors is truncated ({size - 10:,} bytes of {size:,})"
     weights.write_bytes(b"garbage")
     assert checkpoint_problem(cut) == "model.safetensors is not a safetensors file (truncated or garbled)"
+
+
+def test_a_full_disk_leaves_the_average_folder_as_it_was(run_dir, tmp_path, capsys, monkeypatch):
+    import vanilla_transformer.averaging as averaging
+    from vanilla_transformer.cli import main
+
+    def full_disk(tensors, path, metadata=None):
+        # safetensors' own words for ENOSPC, after part of the file is written
+        path.write_bytes(b"partial")
+        raise Exception('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
+                        'on device" })')
+
+    monkeypatch.setattr(averaging, "save_file", full_disk)
+    before = save_checkpoint(tmp_path / "out", seed=7)
+    files = {path.name: path.read_bytes() for path in before.iterdir()}
+    for out, force in ((tmp_path / "new", []), (before, ["--force"])):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["average", "--run", str(run_dir), "--last", "2", "--out", str(out), *force])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert re.fullmatch(rf"vanilla-transformer average: error: cannot write in {re.escape(str(out))}: no space "
+                            r"left on its device \([\d,.]+ [MG]iB free, [\d,.]+ MiB needed\)", err), err
+    # Nothing new under the names, nothing beside them; the model --force would have replaced is untouched.
+    assert not (tmp_path / "new").exists()
+    assert {path.name: path.read_bytes() for path in before.iterdir()} == files
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]

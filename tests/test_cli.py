@@ -1,6 +1,7 @@
 """The `vanilla-transformer` command explains itself: `--help` lists every command with its summary, every command has
 its own `--help`, and options are spelled with dashes everywhere (`train` also takes transformers' underscores)."""
 
+import re
 import struct
 import subprocess
 import sys
@@ -464,3 +465,39 @@ def test_a_truncated_model_file_is_named_in_one_line(command, name, saved_model,
     else:
         assert err == f"vanilla-transformer {command}: error: {path} is truncated or not JSON\n"
     assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "onnx", "run", "staged"))
+
+
+def test_a_full_disk_stops_translate_in_one_line_and_keeps_the_old_output(saved_model, tmp_path, capsys,
+                                                                          monkeypatch):
+    import errno
+
+    from vanilla_transformer import text_files
+
+    class FullDisk:
+        """A file whose writes the disk refuses once some lines are in."""
+
+        def __init__(self, *args, **kwargs):
+            self.file = open(*args, **kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device", self.file.name)
+
+    (tmp_path / "input.txt").write_text("one\ntwo\n")
+    output = tmp_path / "out.txt"
+    output.write_text("the old translations\n")
+    def full_disk_open(path, mode="r", *args, **kwargs):  # the new files the disk refuses; reading as usual
+        return (FullDisk if "x" in mode else open)(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(text_files, "open", full_disk_open, raising=False)
+    err = run_main(["translate", "--model", str(saved_model), "--input", str(tmp_path / "input.txt"), "--output",
+                    str(output), "--max-new-tokens", "2"], capsys)
+    assert re.fullmatch(rf"vanilla-transformer translate: error: cannot write in {re.escape(str(tmp_path))}: no space "
+                        r"left on its device \([\d,.]+ [MG]iB free\)\n", err), err
+    assert output.read_text() == "the old translations\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["input.txt", "model", "out.txt"]  # no temporary file

@@ -392,7 +392,7 @@ def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weigh
 
 
 def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninterrupted_runs_weights(
-    uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog
+    uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog, capsys
 ):
     from vanilla_transformer.cli import main
 
@@ -405,9 +405,49 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninte
         f"vanilla-transformer train: stopped by SIGTERM at step 3, with a checkpoint: {run / 'checkpoint-3'}; the same "
         "command continues the run")
     assert not (run / "model.safetensors").exists() and not (run / "trainer_state.json").exists()
+    # Another recipe into the folder of the unfinished run is refused, not mixed into it.
+    err = train_error([*argv, "--warmup_steps", "8"], capsys)
+    assert err == ("vanilla-transformer train: error: --warmup-steps 8 contradicts the run this command continues "
+                   f"(unfinished), trained with --warmup-steps 4 ({run / 'run_arguments.json'}); leave the flag out to "
+                   "continue the run as it was, or pass --overwrite-output-dir to replace it")
     with caplog.at_level("INFO", logger="vanilla_transformer.train"):
         main(argv)
     assert f"continuing it from {run / 'checkpoint-3'}, its newest complete checkpoint (step 3)" in caplog.text
+    resumed = final_weights(run)
+    for name, tensor in uninterrupted_run.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_a_full_disk_stops_train_in_one_line_and_the_same_command_continues(
+    uninterrupted_run, corpus, tokenizer_dir, tmp_path, capsys, monkeypatch
+):
+    import shutil
+    from collections import namedtuple
+
+    from vanilla_transformer.cli import main
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "2")
+    save = torch.save
+
+    def full_disk(obj, path, *args, **kwargs):
+        # checkpoint-4's optimizer state: half of it written, then torch's writer fails as on a full disk.
+        if not str(path).endswith(f"checkpoint-4{os.sep}optimizer.pt"):
+            return save(obj, path, *args, **kwargs)
+        Path(path).write_bytes(b"PK" * 1000)
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+
+    usage = namedtuple("usage", "total used free")
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", full_disk)
+        patch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 2**30, 0))
+        err = train_error(argv, capsys)
+    needed = sum(path.stat().st_size for path in (run / "checkpoint-2").iterdir())
+    assert err == (f"vanilla-transformer train: error: cannot write in {run}: no space left on its device (0.0 MiB "
+                   f"free, {needed / 2**20:,.1f} MiB needed); {run / 'checkpoint-2'} is the newest complete "
+                   "checkpoint: free space and run the same command to continue")
+    assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-2"]  # the cut one deleted
+    main(argv)  # space freed: the same command continues
     resumed = final_weights(run)
     for name, tensor in uninterrupted_run.items():
         torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)

@@ -24,6 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, complete_checkpoints
+from .text_files import output_folder
 
 
 # Files of a Trainer checkpoint that are not copied next to the average: other weights and the state to resume training.
@@ -106,11 +107,13 @@ def average_checkpoints(
                 tensor = (total / len(files)).to(tensor.dtype)
             averaged[name] = tensor
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for path in sorted(last.iterdir()):
-        if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in _NOT_COPIED):
-            shutil.copy2(path, output_dir / path.name)
-    save_file(averaged, output_dir / SAFE_WEIGHTS_NAME, metadata=metadata)
+    # Written beside `output_dir` and moved into place once whole, the weights last: an interrupted average, or one
+    # the disk refuses, leaves the folder as it was.
+    with output_folder(output_dir, replace_files=True, last=(SAFE_WEIGHTS_NAME,)) as folder:
+        for path in sorted(last.iterdir()):
+            if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in _NOT_COPIED):
+                shutil.copy2(path, folder / path.name)
+        save_file(averaged, folder / SAFE_WEIGHTS_NAME, metadata=metadata)
     return output_dir
 
 

@@ -31,10 +31,14 @@ from transformers import (
 )
 from transformers.hf_argparser import string_to_bool
 
-from .user_errors import CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, user_errors
+from .user_errors import (
+    CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, disk_message, disk_problem,
+    user_errors,
+)
 from .averaging import average_checkpoints, find_checkpoints
 from .checkpoints import (
-    checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint
+    checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
+    weights_problem,
 )
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
@@ -232,7 +236,7 @@ class TrainArgumentParser(OneLineErrors, HfArgumentParser):
     """transformers' parser of dataclass flags, whose errors are one line like every command's."""
 
 
-def parse_arguments(argv: list[str] | None = None):
+def parse_arguments(argv: list[str] | None = None, continued: bool = False):
     """The four argument dataclasses and whether this is the demo (no data given). Every flag is spelled with dashes
     (`--max-tokens`) or, as transformers' scripts spell them, with underscores (`--max_tokens`). A resumed run takes
     its model, data and recipe from the run it continues (`resumed_run`); validation files given mean validation."""
@@ -270,7 +274,7 @@ def parse_arguments(argv: list[str] | None = None):
         parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
     arguments = parse_into_dataclasses(parser, argv)
     if checkpoint and recorded:
-        check_resumed_flags(arguments, recorded, flags, checkpoint)
+        check_resumed_flags(arguments, recorded, flags, checkpoint, continued)
     data_args, training_args = arguments[1], arguments[3]
     validation_given = data_args.validation_source_file or data_args.validation_file
     if validation_given and "--eval_strategy" not in flags and training_args.eval_strategy == "no":
@@ -374,7 +378,8 @@ def resolve_resume(argv: list[str]) -> tuple[list[str], str | None]:
             raise UserError(f"--resume-from-checkpoint {value} holds no complete checkpoint-<step> folder{found}")
     else:
         return argv, None
-    message = f"resuming from {checkpoint}, the newest complete checkpoint of {run} (step {checkpoint_step(checkpoint):,})"
+    step = checkpoint_step(checkpoint)
+    message = f"resuming from {checkpoint}, the newest complete checkpoint of {run} (step {step:,})"
     return [*without_resume(argv), RESUME_FLAGS[0], str(checkpoint)], message
 
 
@@ -392,6 +397,7 @@ def without_resume(argv: list[str]) -> list[str]:
 
 
 def overwrite_given(argv: list[str]) -> bool:
+    """Whether `argv` asks for --overwrite-output-dir (which replaces an unfinished run instead of continuing it)."""
     parser = CommandParser(add_help=False)
     parser.add_argument("--overwrite_output_dir", "--overwrite-output-dir", nargs="?", const="true", default="false")
     try:
@@ -431,8 +437,9 @@ def record_arguments(model_args, data_args, recipe_args, training_args, is_demo:
     path.write_text(json.dumps(dict(values, demo=is_demo), indent=2) + "\n", encoding="utf-8")
 
 
-def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str) -> None:
-    """A `UserError` for a flag that gives a `FIXED_ON_RESUME` argument another value than the run it resumes."""
+def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str, continued: bool = False) -> None:
+    """A `UserError` for a flag that gives a `FIXED_ON_RESUME` argument another value than the run it resumes
+    (`continued`: the unfinished run of the output folder, which the command continues without being asked)."""
     for name in FIXED_ON_RESUME:
         if f"--{name}" not in flags or name not in recorded:
             continue
@@ -447,8 +454,10 @@ def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: 
             flag = f"--{name.replace('_', '-')}"
             given, before = (f"{value:g}" if isinstance(value, float) else value for value in (given, before))
             raise UserError(
-                f"{flag} {given} contradicts the run --resume-from-checkpoint continues, trained with {flag} {before} "
-                f"({Path(checkpoint).parent / RUN_ARGUMENTS}); leave the flag out to continue the run as it was"
+                f"{flag} {given} contradicts the run "
+                f"{'this command continues (unfinished)' if continued else '--resume-from-checkpoint continues'}, "
+                f"trained with {flag} {before} ({Path(checkpoint).parent / RUN_ARGUMENTS}); leave the flag out to "
+                "continue the run as it was" + (", or pass --overwrite-output-dir to replace it" if continued else "")
             )
 
 
@@ -523,7 +532,7 @@ def check_resumed_checkpoint(checkpoint: Path, weights_only: bool = False) -> No
     the log says the run will differ)."""
     if (problem := checkpoint_problem(checkpoint)) is not None:
         newest = newest_complete_checkpoint(checkpoint.parent)
-        use = f"resume from {newest}, the newest complete one" if newest else f"{checkpoint.parent} holds no complete one"
+        use = f"resume from {newest}, the newest complete one" if newest else f"{checkpoint.parent} holds none"
         raise UserError(f"--resume-from-checkpoint {checkpoint} is incomplete ({problem}); {use}")
     if missing := missing_training_state(checkpoint):
         missing = " and ".join(missing)
@@ -542,6 +551,28 @@ def remove_incomplete_checkpoints(output_dir: str | os.PathLike) -> None:
     for path, problem in complete_checkpoints(output_dir)[1].items():
         logger.info("Removing %s, an incomplete checkpoint: %s", path, problem)
         shutil.rmtree(path)
+
+
+@contextlib.contextmanager
+def disk_errors(output_dir: str | os.PathLike, process_index: int = 0):
+    """A write into the run's folder that the disk refuses (a checkpoint, the final model; `user_errors.disk_problem`)
+    as a `UserError` naming the folder, the space and the checkpoint to continue from; the first process deletes what
+    was cut short (checkpoints, the final weights), so that nothing half-written is left under a name that a later
+    command would trust."""
+    try:
+        yield
+    except Exception as error:
+        if isinstance(error, UserError) or (problem := disk_problem(error, output_dir)) is None:
+            raise
+        if process_index == 0:
+            remove_incomplete_checkpoints(output_dir)
+            if weights_problem(output_dir) is not None:
+                (Path(output_dir) / "model.safetensors").unlink()
+        newest = newest_complete_checkpoint(output_dir)
+        needed = sum(path.stat().st_size for path in newest.rglob("*") if path.is_file()) if newest else None
+        then = (f"; {newest} is the newest complete checkpoint: free space and run the same command to continue"
+                if newest else "; free space and run the command again")
+        raise UserError(disk_message(output_dir, problem, needed) + then) from error
 
 
 def remove_run(output_dir: str | os.PathLike) -> None:
@@ -726,8 +757,10 @@ def check_new_model(model_args: ModelArguments, data_args: DataArguments) -> Non
 
 def main(argv: list[str] | None = None):
     """Parse, prepare the data, build the model, train, average the last checkpoints, test, write the model card."""
-    argv, resumed = resolve_resume(sys.argv[1:] if argv is None else argv)
-    model_args, data_args, recipe_args, training_args, is_demo = parse_arguments(argv)
+    given = sys.argv[1:] if argv is None else argv
+    argv, resumed = resolve_resume(given)
+    continued = resumed is not None and resume_checkpoint(given) is None
+    model_args, data_args, recipe_args, training_args, is_demo = parse_arguments(argv, continued)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if resumed:
         logger.info(resumed)
@@ -750,6 +783,7 @@ def train(model_args, data_args, recipe_args, training_args, is_demo: bool, pree
     if training_args.process_index == 0:  # one run per output folder, from here to the end
         with user_errors(FolderInUseError):
             held.enter_context(run_lock(training_args.output_dir))
+    held.enter_context(disk_errors(training_args.output_dir, training_args.process_index))
     if training_args.eval_strategy != "no" or data_args.validation_source_file or data_args.validation_file:
         logger.info(validation_schedule(training_args))
     if recipe_args.overwrite_output_dir:
