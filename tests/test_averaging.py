@@ -178,3 +178,96 @@ def test_average_command_reports_a_missing_run_in_one_line(tmp_path, capsys):
     assert exit_info.value.code == 2
     missing = tmp_path / "missing"
     assert capsys.readouterr().err == f"vanilla-transformer average: error: Run folder {missing} does not exist.\n"
+
+
+def marked_run_with_an_interrupted_checkpoint(run_dir, folder):
+    """A copy of `run_dir` whose checkpoints are marked complete, with checkpoint-200 cut short as a kill leaves it:
+    half of its weights, no tokenizer, no mark."""
+    import shutil
+
+    from vanilla_transformer.checkpoints import mark_complete
+
+    run = shutil.copytree(run_dir, folder)
+    for step in STEPS:
+        mark_complete(run / f"checkpoint-{step}")
+    interrupted = save_checkpoint(run / "checkpoint-200", seed=3)
+    weights = interrupted / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return run
+
+
+def test_average_uses_complete_checkpoints_only_and_says_which_it_skipped(run_dir, tmp_path, capsys):
+    from vanilla_transformer.checkpoints import COMPLETE
+    from vanilla_transformer.cli import main
+
+    run = marked_run_with_an_interrupted_checkpoint(run_dir, tmp_path / "run")
+    capsys.readouterr()
+    assert find_checkpoints(run, 2) == [run / "checkpoint-20", run / "checkpoint-100"]
+    main(["average", "--run", str(run), "--last", "2", "--out", str(tmp_path / "averaged")])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (f"skipped {run / 'checkpoint-200'}, an incomplete checkpoint: it has no {COMPLETE}: its writing was "
+                   "interrupted")
+    assert (tmp_path / "averaged" / "tokenizer.json").is_file() and not (tmp_path / "averaged" / COMPLETE).exists()
+    with pytest.raises(ValueError, match=re.escape(f"holds 3 complete (and 1 incomplete) `checkpoint-<step>` folders")):
+        find_checkpoints(run, 4)
+    # Given by name, the interrupted checkpoint is refused.
+    with pytest.raises(ValueError, match="checkpoint-200 is incomplete: it has no checkpoint_complete.json"):
+        average_checkpoints([run / "checkpoint-100", run / "checkpoint-200"], tmp_path / "other")
+
+
+def test_a_checkpoint_changed_after_it_was_marked_is_incomplete(run_dir, tmp_path):
+    from vanilla_transformer.checkpoints import checkpoint_problem, complete_checkpoints
+
+    run = marked_run_with_an_interrupted_checkpoint(run_dir, tmp_path / "run")
+    weights = run / "checkpoint-20" / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert checkpoint_problem(run / "checkpoint-20") == f"model.safetensors holds 1,000 bytes, not the {size:,} written"
+    (run / "checkpoint-10" / "tokenizer_config.json").unlink(missing_ok=True)
+    (run / "checkpoint-10" / "config.json").unlink()
+    assert checkpoint_problem(run / "checkpoint-10") == "config.json is missing"
+    assert complete_checkpoints(run)[0] == [run / "checkpoint-100"]
+
+
+def test_a_run_without_marks_is_judged_by_its_files(run_dir, tmp_path):
+    from vanilla_transformer.checkpoints import checkpoint_problem
+
+    # The fixture's checkpoints are unmarked, with a trainer_state.json that is not JSON: complete weights suffice to
+    # average them, not to resume from them.
+    assert checkpoint_problem(run_dir / "checkpoint-10", to_resume=False) is None
+    assert checkpoint_problem(run_dir / "checkpoint-10") == "its trainer_state.json is truncated or not JSON"
+    cut = save_checkpoint(tmp_path / "checkpoint-1", seed=0)
+    (cut / "trainer_state.json").write_text("{}")
+    assert checkpoint_problem(cut) is None
+    weights = cut / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:-10])
+    assert checkpoint_problem(cut) == f"model.safetensors is truncated ({size - 10:,} bytes of {size:,})"
+    weights.write_bytes(b"garbage")
+    assert checkpoint_problem(cut) == "model.safetensors is not a safetensors file (truncated or garbled)"
+
+
+def test_a_full_disk_leaves_the_average_folder_as_it_was(run_dir, tmp_path, capsys, monkeypatch):
+    import vanilla_transformer.averaging as averaging
+    from vanilla_transformer.cli import main
+
+    def full_disk(tensors, path, metadata=None):
+        # safetensors' own words for ENOSPC, after part of the file is written
+        path.write_bytes(b"partial")
+        raise Exception('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
+                        'on device" })')
+
+    monkeypatch.setattr(averaging, "save_file", full_disk)
+    before = save_checkpoint(tmp_path / "out", seed=7)
+    files = {path.name: path.read_bytes() for path in before.iterdir()}
+    for out, force in ((tmp_path / "new", []), (before, ["--force"])):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["average", "--run", str(run_dir), "--last", "2", "--out", str(out), *force])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert re.fullmatch(rf"vanilla-transformer average: error: cannot write in {re.escape(str(out))}: no space "
+                            r"left on its device \([\d,.]+ [MG]iB free, [\d,.]+ MiB needed\)", err), err
+    # Nothing new under the names, nothing beside them; the model --force would have replaced is untouched.
+    assert not (tmp_path / "new").exists()
+    assert {path.name: path.read_bytes() for path in before.iterdir()} == files
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]

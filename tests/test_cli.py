@@ -1,6 +1,8 @@
 """The `vanilla-transformer` command explains itself: `--help` lists every command with its summary, every command has
 its own `--help`, and options are spelled with dashes everywhere (`train` also takes transformers' underscores)."""
 
+import re
+import struct
 import subprocess
 import sys
 import threading
@@ -304,10 +306,12 @@ def no_network(monkeypatch, tmp_path):
 
 
 def fake_model_folder(folder: Path) -> Path:
-    """A folder with the files that the commands check before loading anything (their contents are never read)."""
+    """A folder with the files that the commands check before loading anything, whole but empty (they are never
+    loaded): JSON objects and a safetensors file of no tensors."""
     folder.mkdir(parents=True)
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (folder / name).write_text("{}")
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
     return folder
 
 
@@ -417,3 +421,83 @@ def test_a_tokenizer_file_that_is_no_tokenizer_is_named_in_one_line(model_with_a
     err = run_main(["translate", "--model", str(model)], capsys)
     assert err.startswith(f"vanilla-transformer translate: error: cannot read the tokenizer in {model}: ")
     assert err.count("\n") == 1
+
+
+@pytest.fixture
+def saved_model(tmp_path, tokenizer_dir):
+    """A tiny model saved with the tokenizer it was made for."""
+    from conftest import tiny_config_for
+    from transformers import AutoTokenizer
+
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    folder = tmp_path / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    VanillaTransformerForConditionalGeneration(tiny_config_for(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json", "config.json"])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "plot-attention", "export-ct2", "export-onnx", "train",
+                                     "push"])
+def test_a_truncated_model_file_is_named_in_one_line(command, name, saved_model, tmp_path, capsys, no_hub):
+    model = saved_model
+    for text in ("src.txt", "ref.txt"):
+        (tmp_path / text).write_text("one\n")
+    (tmp_path / "pairs.tsv").write_text("one\tun\n")
+    extra = {
+        "translate": ["--model", str(model)],
+        "evaluate": ["--model", str(model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")],
+        "plot-attention": ["--model", str(model), "--source", "a cat", "--out", str(tmp_path / "plot.png")],
+        "export-ct2": ["--model", str(model), "--out", str(tmp_path / "ct2")],
+        "export-onnx": ["--model", str(model), "--out", str(tmp_path / "onnx")],
+        "train": ["--model-name-or-path", str(model), "--train-file", str(tmp_path / "pairs.tsv"),
+                  "--output-dir", str(tmp_path / "run")],
+        "push": ["--model", str(model), "--repo-id", "user/model", "--dry-run", str(tmp_path / "staged")],
+    }[command]
+    path = model / name
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes()[: size // 2])
+    err = run_main([command, *extra], capsys)
+    if name == "model.safetensors":
+        assert err == f"vanilla-transformer {command}: error: {path} is truncated ({size // 2:,} bytes of {size:,})\n"
+    else:
+        assert err == f"vanilla-transformer {command}: error: {path} is truncated or not JSON\n"
+    assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "onnx", "run", "staged"))
+
+
+def test_a_full_disk_stops_translate_in_one_line_and_keeps_the_old_output(saved_model, tmp_path, capsys,
+                                                                          monkeypatch):
+    import errno
+
+    from vanilla_transformer import text_files
+
+    class FullDisk:
+        """A file whose writes the disk refuses once some lines are in."""
+
+        def __init__(self, *args, **kwargs):
+            self.file = open(*args, **kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device", self.file.name)
+
+    (tmp_path / "input.txt").write_text("one\ntwo\n")
+    output = tmp_path / "out.txt"
+    output.write_text("the old translations\n")
+    def full_disk_open(path, mode="r", *args, **kwargs):  # the new files the disk refuses; reading as usual
+        return (FullDisk if "x" in mode else open)(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(text_files, "open", full_disk_open, raising=False)
+    err = run_main(["translate", "--model", str(saved_model), "--input", str(tmp_path / "input.txt"), "--output",
+                    str(output), "--max-new-tokens", "2"], capsys)
+    assert re.fullmatch(rf"vanilla-transformer translate: error: cannot write in {re.escape(str(tmp_path))}: no space "
+                        r"left on its device \([\d,.]+ [MG]iB free\)\n", err), err
+    assert output.read_text() == "the old translations\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["input.txt", "model", "out.txt"]  # no temporary file

@@ -287,6 +287,251 @@ def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, 
         torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
 
 
+# A `train` command killed (SIGKILL, nothing cleaned up) at a named point: "step" at the start of optimizer step STEP;
+# a file name, half of that file of checkpoint-STEP written; "mark", checkpoint-STEP written but not yet marked
+# complete. "sigterm" sends SIGTERM instead, at the start of step STEP, as a cluster preempting the job does.
+KILLED_TRAIN = r"""
+import os, shutil, signal, sys, tempfile
+
+import torch
+import transformers.modeling_utils
+from transformers import Trainer, TrainerState
+
+import vanilla_transformer.checkpoints
+from vanilla_transformer.cli import main
+
+point, step, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+target = f"checkpoint-{step}{os.sep}{point}"
+
+
+def kill():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def cut_short(write):
+    # The file written whole elsewhere, then its first half where it belongs, and the process killed.
+    def wrapped(obj, path, *args, **kwargs):
+        if not str(path).endswith(target):
+            return write(obj, path, *args, **kwargs)
+        with tempfile.TemporaryDirectory() as folder:
+            write(obj, os.path.join(folder, "whole"), *args, **kwargs)
+            data = open(os.path.join(folder, "whole"), "rb").read()
+        with open(path, "wb") as file:
+            file.write(data[: len(data) // 2])
+        kill()
+    return wrapped
+
+
+if point in ("step", "sigterm"):
+    training_step = Trainer.training_step
+    def step_or_kill(self, *args, **kwargs):
+        if self.state.global_step + 1 == step:
+            kill() if point == "step" else os.kill(os.getpid(), signal.SIGTERM)
+        return training_step(self, *args, **kwargs)
+    Trainer.training_step = step_or_kill
+elif point == "mark":
+    mark_complete = vanilla_transformer.checkpoints.mark_complete
+    vanilla_transformer.checkpoints.mark_complete = lambda path: kill() if path.name == f"checkpoint-{step}" else (
+        mark_complete(path))
+else:
+    transformers.modeling_utils.safe_save_file = cut_short(transformers.modeling_utils.safe_save_file)
+    torch.save = cut_short(torch.save)
+    save_to_json = TrainerState.save_to_json
+    TrainerState.save_to_json = lambda self, path: cut_short(lambda state, path: save_to_json(state, path))(self, path)
+main(argv)
+"""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run(corpus, tokenizer_dir, tmp_path_factory):
+    """The final weights of a 6-step run, never interrupted."""
+    from vanilla_transformer.cli import main
+
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    main(train_command(folder, corpus, tokenizer_dir, folder / "run", "--max_steps", "6", "--save_strategy", "no"))
+    return final_weights(folder / "run")
+
+
+@pytest.mark.parametrize(
+    ("point", "step", "continued_from"),
+    [
+        ("step", 5, "checkpoint-4"),
+        ("model.safetensors", 4, "checkpoint-2"),
+        ("optimizer.pt", 4, "checkpoint-2"),
+        ("trainer_state.json", 4, "checkpoint-2"),
+        ("mark", 4, "checkpoint-2"),
+        ("model.safetensors", 2, None),
+    ],
+)
+def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weights(
+    point, step, continued_from, uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog
+):
+    from vanilla_transformer.checkpoints import COMPLETE
+    from vanilla_transformer.cli import main
+
+    argv = train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "6", "--save_steps", "2")
+    killed = subprocess.run([sys.executable, "-c", KILLED_TRAIN, point, str(step), *argv], capture_output=True,
+                            text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    interrupted = tmp_path / "run" / f"checkpoint-{step}"
+    assert point == "step" or interrupted.is_dir() and not (interrupted / COMPLETE).exists()
+    with caplog.at_level("INFO", logger="vanilla_transformer.train"):
+        main(argv)  # the same command again
+    if continued_from:
+        assert (f"holds a run this command started and did not finish: continuing it from "
+                f"{tmp_path / 'run' / continued_from}, its newest complete checkpoint") in caplog.text
+    else:
+        assert "holds a run stopped before its first complete checkpoint: it starts again" in caplog.text
+    if point != "step":
+        assert f"Removing {interrupted}, an incomplete checkpoint" in caplog.text
+    resumed = final_weights(tmp_path / "run")
+    for name, tensor in uninterrupted_run.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+    for checkpoint in (tmp_path / "run").glob("checkpoint-*"):
+        assert (checkpoint / COMPLETE).is_file()
+
+
+def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninterrupted_runs_weights(
+    uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog, capsys
+):
+    from vanilla_transformer.cli import main
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "100")
+    stopped = subprocess.run([sys.executable, "-c", KILLED_TRAIN, "sigterm", "3", *argv], capture_output=True,
+                             text=True, timeout=600)
+    assert stopped.returncode == 128 + 15, stopped.stderr[-3000:]
+    assert stopped.stderr.splitlines()[-1] == (
+        f"vanilla-transformer train: stopped by SIGTERM at step 3, with a checkpoint: {run / 'checkpoint-3'}; the same "
+        "command continues the run")
+    assert not (run / "model.safetensors").exists() and not (run / "trainer_state.json").exists()
+    # Another recipe into the folder of the unfinished run is refused, not mixed into it.
+    err = train_error([*argv, "--warmup_steps", "8"], capsys)
+    assert err == ("vanilla-transformer train: error: --warmup-steps 8 contradicts the run this command continues "
+                   f"(unfinished), trained with --warmup-steps 4 ({run / 'run_arguments.json'}); leave the flag out to "
+                   "continue the run as it was, or pass --overwrite-output-dir to replace it")
+    with caplog.at_level("INFO", logger="vanilla_transformer.train"):
+        main(argv)
+    assert f"continuing it from {run / 'checkpoint-3'}, its newest complete checkpoint (step 3)" in caplog.text
+    resumed = final_weights(run)
+    for name, tensor in uninterrupted_run.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_a_full_disk_stops_train_in_one_line_and_the_same_command_continues(
+    uninterrupted_run, corpus, tokenizer_dir, tmp_path, capsys, monkeypatch
+):
+    import shutil
+    from collections import namedtuple
+
+    from vanilla_transformer.cli import main
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "2")
+    save = torch.save
+
+    def full_disk(obj, path, *args, **kwargs):
+        # checkpoint-4's optimizer state: half of it written, then torch's writer fails as on a full disk.
+        if not str(path).endswith(f"checkpoint-4{os.sep}optimizer.pt"):
+            return save(obj, path, *args, **kwargs)
+        Path(path).write_bytes(b"PK" * 1000)
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+
+    usage = namedtuple("usage", "total used free")
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", full_disk)
+        patch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 2**30, 0))
+        err = train_error(argv, capsys)
+    needed = sum(path.stat().st_size for path in (run / "checkpoint-2").iterdir())
+    assert err == (f"vanilla-transformer train: error: cannot write in {run}: no space left on its device (0.0 MiB "
+                   f"free, {needed / 2**20:,.1f} MiB needed); {run / 'checkpoint-2'} is the newest complete "
+                   "checkpoint: free space and run the same command to continue")
+    assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-2"]  # the cut one deleted
+    main(argv)  # space freed: the same command continues
+    resumed = final_weights(run)
+    for name, tensor in uninterrupted_run.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_resume_refuses_an_incomplete_checkpoint_or_one_without_its_training_state(corpus, tokenizer_dir, tmp_path,
+                                                                                  capsys, caplog):
+    from vanilla_transformer.checkpoints import mark_complete
+    from vanilla_transformer.cli import main
+
+    run = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "4", "--save_steps", "2"))
+    weights = run / "checkpoint-4" / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:1000])
+    err = train_error(["train", "--resume-from-checkpoint", str(run / "checkpoint-4")], capsys)
+    assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run / 'checkpoint-4'} is incomplete "
+                   f"(model.safetensors holds 1,000 bytes, not the {size:,} written); resume from "
+                   f"{run / 'checkpoint-2'}, the newest complete one")
+    # A complete checkpoint written without the optimizer and generator states (as --save-only-model writes them).
+    for name in ("optimizer.pt", "rng_state.pth"):
+        (run / "checkpoint-2" / name).unlink()
+    mark_complete(run / "checkpoint-2")
+    err = train_error(["train", "--resume-from-checkpoint", str(run)], capsys)  # the run folder: its newest
+    assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run / 'checkpoint-2'} has no "
+                   "optimizer state and random generator states: the resumed run would not match an uninterrupted "
+                   "one; pass --resume-weights-only to go on with what it holds")
+    with caplog.at_level("INFO", logger="vanilla_transformer.train"):
+        main(["train", "--resume-from-checkpoint", "auto", "--output-dir", str(run), "--resume-weights-only",
+              "--max_steps", "3", "--disable_tqdm", "true"])
+    assert (f"resuming from {run / 'checkpoint-2'}, the newest complete checkpoint of {run} (step 2)") in caplog.text
+    assert (f"Resuming from {run / 'checkpoint-2'} without its optimizer state and random generator states "
+            "(--resume-weights-only): the run will not match an uninterrupted one") in caplog.text
+    assert f"Removing {run / 'checkpoint-4'}, an incomplete checkpoint" in caplog.text
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 3
+
+
+def test_the_trainer_writes_trainer_state_json_last_in_a_checkpoint(corpus, tokenizer_dir, tmp_path, monkeypatch):
+    """What judging an unmarked checkpoint by its trainer_state.json relies on (checkpoints.checkpoint_problem)."""
+    from transformers import TrainerState
+
+    from vanilla_transformer.checkpoints import COMPLETE
+    from vanilla_transformer.cli import main
+
+    present = {}
+    save_to_json = TrainerState.save_to_json
+
+    def record(state, path):
+        present[path] = sorted(path.name for path in Path(path).parent.iterdir())
+        save_to_json(state, path)
+
+    monkeypatch.setattr(TrainerState, "save_to_json", record)
+    run = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "2", "--save_steps", "2"))
+    checkpoint = run / "checkpoint-2"
+    written = sorted(path.name for path in checkpoint.iterdir() if path.name not in ("trainer_state.json", COMPLETE))
+    assert present[str(checkpoint / "trainer_state.json")] == written
+
+
+def test_one_train_command_per_output_folder_until_the_holder_dies(corpus, tokenizer_dir, tmp_path, capsys):
+    import socket
+
+    from vanilla_transformer.cli import main
+
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom vanilla_transformer.run_lock import run_lock\n"
+         "with run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)", str(run)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        err = train_error(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "1"), capsys)
+        assert err.startswith(f"vanilla-transformer train: error: {run} is in use by another train command (process "
+                              f"{holder.pid} on {socket.gethostname()}, since ")
+        assert err.endswith("); wait for it to end, or choose another --output-dir")
+        assert sorted(path.name for path in run.iterdir()) == [".train.lock"]  # nothing else written
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder killed, its lock is gone with it: the folder is free.
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "1", "--save_strategy", "no"))
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 1
+
+
 def test_a_resumed_run_refuses_flags_that_contradict_the_run_and_its_checkpoint(corpus, tokenizer_dir, tmp_path,
                                                                               capsys):
     from vanilla_transformer.cli import main
@@ -625,13 +870,13 @@ def test_the_demos_corpus_sizes_are_named_by_their_flags(tmp_path, capsys):
                    "pairs are fewer than the 11,200 pairs of numbers below 1,000")
 
 
-def test_resuming_from_a_run_folder_instead_of_a_checkpoint_names_its_last_checkpoint(tmp_path, capsys):
-    run = old_run(tmp_path / "run")
+def test_resuming_from_a_run_folder_without_a_complete_checkpoint_names_the_incomplete_ones(tmp_path, capsys):
+    run = old_run(tmp_path / "run")  # its checkpoint-7's trainer_state.json is not JSON
     for name in ("trainer_state.json", "config.json"):  # a trained run's folder holds them too
         (run / name).write_text("{}")
     err = train_error(["train", "--resume-from-checkpoint", str(run)], capsys)
-    assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run} is not a checkpoint-<step> "
-                   f"folder: give one of its checkpoints, e.g. {run / 'checkpoint-7'} (the last)")
+    assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run} holds no complete "
+                   "checkpoint-<step> folder (incomplete: checkpoint-7)")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]  # nothing written beside it
 
 

@@ -342,6 +342,30 @@ def test_output_file_is_replaced_whole_or_not_at_all(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o640
 
 
+def test_what_a_killed_command_left_beside_its_output_is_removed_by_the_next(tmp_path):
+    import os
+    import socket
+
+    from vanilla_transformer.text_files import output_file, output_folder
+
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)  # a process that has ended
+    host = socket.gethostname()
+    left = [tmp_path / f".out.txt.{host}-{gone}.0123abcd.tmp", tmp_path / f".model.{host}-{gone}.0123abcd.tmp"]
+    kept = [tmp_path / f".out.txt.{host}-{os.getpid()}.89abcdef.tmp",  # a live process's
+            tmp_path / f".out.txt.elsewhere-{gone}.0123abcd.tmp"]  # another host's, whose processes are not known here
+    for path in left + kept:
+        path.write_text("half")
+    left[1].unlink()
+    left[1].mkdir()
+    with output_file(tmp_path / "out.txt") as file:
+        file.write("new\n")
+    with output_folder(tmp_path / "model") as folder:
+        (folder / "config.json").write_text("{}")
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        ["out.txt", "model", *(path.name for path in kept)])
+
+
 def in_chunks_of(size, monkeypatch) -> list[int]:
     """Make the commands translate `size` lines at a time; the sizes of the chunks translated are recorded."""
     from vanilla_transformer import translate as translate_module

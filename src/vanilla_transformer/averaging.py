@@ -13,7 +13,6 @@ is built, memory holds the output plus one tensor at a time, and any model's che
 
 import fnmatch
 import os
-import re
 import shutil
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,8 +23,9 @@ from safetensors.torch import save_file
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
+from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, complete_checkpoints
+from .text_files import output_folder
 
-_CHECKPOINT_PATTERN = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 # Files of a Trainer checkpoint that are not copied next to the average: other weights and the state to resume training.
 _NOT_COPIED = [
@@ -38,31 +38,31 @@ _NOT_COPIED = [
     "rng_state*.pth",
     "trainer_state.json",
     "training_args.bin",
+    COMPLETE,
 ]
 
 
 def find_checkpoints(run_dir: str | os.PathLike, last_n: int) -> list[Path]:
-    """The last `last_n` `checkpoint-<step>` folders that the Trainer wrote in `run_dir`, oldest first.
+    """The last `last_n` complete `checkpoint-<step>` folders that the Trainer wrote in `run_dir`, oldest first.
 
-    Folders are ordered by step number, so `checkpoint-100` comes after `checkpoint-20`. Raises `ValueError` if
-    `run_dir` holds fewer than `last_n` checkpoints: averaging fewer than asked would silently change the model.
+    Folders are ordered by step number, so `checkpoint-100` comes after `checkpoint-20`. A checkpoint whose writing
+    was interrupted is left out (`checkpoints.complete_checkpoints` says which and why). Raises `ValueError` if
+    `run_dir` holds fewer than `last_n` complete checkpoints: averaging fewer than asked would silently change the
+    model.
     """
     run_dir = Path(run_dir)
     if last_n < 1:
         raise ValueError(f"`last_n` must be at least 1, got {last_n}.")
     if not run_dir.is_dir():
         raise ValueError(f"Run folder {run_dir} does not exist.")
-    steps = {}
-    for path in run_dir.iterdir():
-        match = _CHECKPOINT_PATTERN.match(path.name)
-        if match and path.is_dir():
-            steps[path] = int(match.group(1))
-    if len(steps) < last_n:
+    complete, skipped = complete_checkpoints(run_dir, to_resume=False)
+    if len(complete) < last_n:
+        incomplete = f" complete (and {len(skipped)} incomplete)" if skipped else ""
         raise ValueError(
-            f"Asked for the last {last_n} checkpoints but {run_dir} holds {len(steps)} "
+            f"Asked for the last {last_n} checkpoints but {run_dir} holds {len(complete)}{incomplete} "
             f"`{PREFIX_CHECKPOINT_DIR}-<step>` folders."
         )
-    return sorted(steps, key=steps.get)[-last_n:]
+    return complete[-last_n:]
 
 
 def average_checkpoints(
@@ -70,7 +70,8 @@ def average_checkpoints(
 ) -> Path:
     """Write the element-wise mean of the checkpoints' weights to `output_dir` and return it.
 
-    Each folder must hold a `model.safetensors` with the same tensor names, shapes and dtypes. Floating-point tensors
+    Each folder must be a complete checkpoint (`checkpoints.checkpoint_problem`; `IncompleteCheckpointError`) and hold
+    a `model.safetensors` with the same tensor names, shapes and dtypes. Floating-point tensors
     are summed in float64 and divided at the end, then stored in their own dtype; other tensors are taken from the
     last checkpoint. The last checkpoint's other files (config, generation config, tokenizer, custom code) are
     copied, its optimizer and Trainer state are not, so `AutoModelForSeq2SeqLM.from_pretrained(output_dir)` and
@@ -84,6 +85,8 @@ def average_checkpoints(
     for path in checkpoint_dirs:
         if not (path / SAFE_WEIGHTS_NAME).is_file():
             raise ValueError(f"Checkpoint {path} has no {SAFE_WEIGHTS_NAME}.")
+        if (problem := checkpoint_problem(path, to_resume=False)) is not None:
+            raise IncompleteCheckpointError(f"Checkpoint {path} is incomplete: {problem}.")
         if output_dir.exists() and path.resolve() == output_dir.resolve():
             raise ValueError(f"The output folder {output_dir} is one of the checkpoints; choose another folder.")
     if not force and any((output_dir / name).exists() for name in (SAFE_WEIGHTS_NAME, CONFIG_NAME)):
@@ -104,11 +107,13 @@ def average_checkpoints(
                 tensor = (total / len(files)).to(tensor.dtype)
             averaged[name] = tensor
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for path in sorted(last.iterdir()):
-        if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in _NOT_COPIED):
-            shutil.copy2(path, output_dir / path.name)
-    save_file(averaged, output_dir / SAFE_WEIGHTS_NAME, metadata=metadata)
+    # Written beside `output_dir` and moved into place once whole, the weights last: an interrupted average, or one
+    # the disk refuses, leaves the folder as it was.
+    with output_folder(output_dir, replace_files=True, last=(SAFE_WEIGHTS_NAME,)) as folder:
+        for path in sorted(last.iterdir()):
+            if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in _NOT_COPIED):
+                shutil.copy2(path, folder / path.name)
+        save_file(averaged, folder / SAFE_WEIGHTS_NAME, metadata=metadata)
     return output_dir
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from .extras import MissingExtraError, require
 from .user_errors import (
     CommandParser,
+    Preempted,
     UserError,
     check_input_file,
     check_model,
@@ -32,11 +33,13 @@ from .user_errors import (
     hub_unreachable,
     no_such_folder,
     user_errors,
+    write_errors,
 )
 
 
 def average_command(argv: list[str]) -> None:
     from .averaging import average_checkpoints, find_checkpoints
+    from .checkpoints import complete_checkpoints
 
     parser = CommandParser(
         prog="vanilla-transformer average",
@@ -50,7 +53,10 @@ def average_command(argv: list[str]) -> None:
     check_output_folder(args.out)
     with user_errors(ValueError, OSError):
         checkpoints = find_checkpoints(args.run, args.last)
-        average_checkpoints(checkpoints, args.out, force=args.force)
+        for path, problem in complete_checkpoints(args.run, to_resume=False)[1].items():
+            print(f"skipped {path}, an incomplete checkpoint: {problem}", file=sys.stderr)
+        with write_errors(args.out, needed=_folder_size(checkpoints[-1], "model.safetensors", "*.json", "*.py")):
+            average_checkpoints(checkpoints, args.out, force=args.force)
     print(f"averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {args.out}")
 
 
@@ -103,7 +109,7 @@ def model_card_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     facts = _check_card_arguments(args, args.results, weights=False, tokenizer=False)
     check_output_file(args.out, new_folders=True)  # a card is often a new folder, its figures beside it
-    with user_errors(ValueError, OSError):
+    with user_errors(ValueError, OSError), write_errors(Path(args.out).parent):
         write_model_card(args.model, args.out, facts, run_dir=args.run, repo_id=args.repo_id, license=args.license)
     print(f"model card written to {args.out}")
 
@@ -175,10 +181,8 @@ def _check_hub_for_push() -> None:
 
 def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
-    import secrets
-    import shutil
-
     from .hub import write_repository
+    from .text_files import output_folder
 
     out = Path(args.dry_run)
     if out.exists() and not out.is_dir():
@@ -189,21 +193,20 @@ def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise UserError(f"--dry-run {out} is not empty; pass --force to replace what it holds, or choose another")
     check_output_file(str(out / "README.md"), new_folders=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")  # same folder: the rename is atomic
-    try:
-        with user_errors(ValueError, OSError):
-            files = write_repository(
-                args.model, staging, args.repo_id, results=facts, run_dir=args.run, license=args.license
-            )
-            if out.exists():
-                shutil.rmtree(out)
-            staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    needed = _folder_size(args.model, "model.safetensors", "*.json", "*.py")
+    with user_errors(ValueError, OSError), write_errors(out, needed), output_folder(out) as staging:
+        files = write_repository(
+            args.model, staging, args.repo_id, results=facts, run_dir=args.run, license=args.license
+        )
+        files = [path.relative_to(staging).as_posix() for path in files]
     print(f"{len(files)} files that push would upload to {args.repo_id} written to {out} (nothing was sent):")
-    for path in files:
-        print(f"  {path.relative_to(staging).as_posix()}")
+    for name in files:
+        print(f"  {name}")
+
+
+def _folder_size(folder: str | Path, *patterns: str) -> int:
+    """The bytes of the files of `folder` that `patterns` match: what a copy of them needs on the disk."""
+    return sum(path.stat().st_size for pattern in patterns for path in Path(folder).glob(pattern) if path.is_file())
 
 
 def _positive_int(text: str) -> int:
@@ -326,6 +329,7 @@ def translate_command(argv: list[str]) -> None:
     # A chunk of lines at a time (sorted and batched within it), so memory stays flat however long the input; the
     # output file appears, whole, at the end.
     with (
+        write_errors(Path(args.output or ".").parent),
         output_file(args.output) as file,
         tqdm(total=num_lines, unit="line", disable=not sys.stderr.isatty()) as bar,
         user_errors(InvalidUTF8Error, InputTooLongError),  # standard input is checked as it is read
@@ -390,7 +394,7 @@ def evaluate_command(argv: list[str]) -> None:
     with user_errors(InputTooLongError, path=args.src):
         hypotheses = translate(sources)
     if args.output_hyps:
-        with output_file(args.output_hyps) as file:
+        with write_errors(Path(args.output_hyps).parent), output_file(args.output_hyps) as file:
             file.writelines(_one_line(hypothesis) for hypothesis in hypotheses)
     try:
         scores = score_translations(hypotheses, references, moses_lang=_target_lang(args))
@@ -403,7 +407,7 @@ def evaluate_command(argv: list[str]) -> None:
     if "bleu_lc_moses_signature" in scores:
         print(f"  signature: {scores['bleu_lc_moses_signature']}")
     if args.json:
-        with user_errors(OSError, path=args.json), output_file(args.json) as file:
+        with user_errors(OSError, path=args.json), write_errors(Path(args.json).parent), output_file(args.json) as file:
             json.dump(_card_results(args, scores, sources, references, hypotheses), file, indent=2, ensure_ascii=False)
             file.write("\n")
         print(f"results written to {args.json}")
@@ -541,7 +545,8 @@ def export_ct2_command(argv: list[str]) -> None:
         "--quantization", choices=QUANTIZATIONS, help="Type of the stored weights (default: float32, as trained)."
     )
     args = _export_arguments(parser, argv)
-    with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
+    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
+    with user_errors(ValueError, OSError), write_errors(args.out, _folder_size(args.model, "model.safetensors")):
         export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)
     print(f"CTranslate2 model written to {args.out}")
 
@@ -561,7 +566,8 @@ def export_onnx_command(argv: list[str]) -> None:
         help="Quantize the weights with ONNX Runtime's dynamic quantization (default: float32, as trained).",
     )
     args = _export_arguments(parser, argv)
-    with user_errors(ValueError, OSError):  # OSError: FileExistsError without --force, a folder it cannot write
+    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
+    with user_errors(ValueError, OSError), write_errors(args.out, _folder_size(args.model, "model.safetensors")):
         export_onnx(args.model, args.out, args.quantize, args.max_positions, force=args.force)
     print(f"ONNX model written to {args.out}")
 
@@ -625,6 +631,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print(f"vanilla-transformer {name}: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Preempted as stop:  # SIGTERM stopped training: as Ctrl-C, 128 + the signal
+        print(f"vanilla-transformer {name}: {stop}", file=sys.stderr)
+        sys.exit(128 + stop.signal_number)
 
 
 if __name__ == "__main__":

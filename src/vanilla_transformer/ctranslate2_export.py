@@ -10,6 +10,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from .extras import require
+from .text_files import output_folder
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
 
 
@@ -74,9 +75,11 @@ def export_ctranslate2(
         def _load(self):
             return spec
 
-    SpecConverter().convert(str(output_dir), quantization=quantization, force=True)
-    tokenizer.save_pretrained(output_dir)
-    model.generation_config.save_pretrained(output_dir)
+    # Written beside `output_dir` and renamed into place when complete: an interrupted export leaves no half folder.
+    with output_folder(output_dir) as folder:
+        SpecConverter().convert(str(folder), quantization=quantization, force=True)
+        tokenizer.save_pretrained(folder)
+        model.generation_config.save_pretrained(folder)
     return output_dir
 
 

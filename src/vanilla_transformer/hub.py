@@ -56,6 +56,7 @@ from transformers import AutoTokenizer, GenerationConfig
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .extras import require
+from .text_files import output_file
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 
@@ -167,7 +168,8 @@ def write_model_card(
     facts = read_card_facts(results, run_dir)
     card = model_card(model_dir, facts, run_dir=run_dir, repo_id=repo_id, license=license)
     out.parent.mkdir(parents=True, exist_ok=True)
-    card.save(out)
+    with output_file(out) as file:  # whole or not at all
+        file.write(str(card))
     for path, _ in _figures(facts, run_dir):
         copy = out.parent / path.name
         if not (copy.exists() and copy.samefile(path)):

@@ -20,8 +20,6 @@ import contextlib
 import copy
 import logging
 import os
-import secrets
-import shutil
 import warnings
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from .ctranslate2_export import check_export
 from .extras import MissingExtraError, require
+from .text_files import output_folder
 from .modeling_vanilla_transformer import (
     SinusoidalPositionalEncoding,
     VanillaTransformerForConditionalGeneration,
@@ -148,11 +147,8 @@ def export_onnx(
             stack.embed_positions.table = sinusoidal_position_encoding(max_positions, config.d_model)
             config.max_position_embeddings = max_positions
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
     # Written beside `output_dir` and renamed into place when complete: an interrupted export leaves no half folder.
-    folder = output_dir.with_name(f".{output_dir.name}.{secrets.token_hex(4)}.tmp")
-    folder.mkdir()
-    try:
+    with output_folder(output_dir) as folder:
         with torch.no_grad():
             _export_graphs(model, folder)
             check_graphs(model, folder, ort)
@@ -164,11 +160,6 @@ def export_onnx(
         config.save_pretrained(folder)
         model.generation_config.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        folder.rename(output_dir)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     return output_dir
 
 

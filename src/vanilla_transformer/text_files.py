@@ -7,8 +7,10 @@ import codecs
 import contextlib
 import gzip
 import os
+import re
 import secrets
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,18 +58,53 @@ def _decode_lines(file, name: str) -> Iterator[str]:
         yield line.rstrip("\r\n")
 
 
+def temporary_name(path: Path, kind: str = "tmp") -> Path:
+    """A hidden name beside `path` for what is written before it is renamed to `path`: it names this host and process,
+    so that a later command can remove what a killed one left ([`remove_stale_temporaries`])."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}-{os.getpid()}.{secrets.token_hex(4)}.{kind}")
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files and folders beside `path` ([`temporary_name`]) left by a process of this host that
+    is gone: a command killed by a signal no process can handle (SIGKILL, the out-of-memory killer)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(?P<host>.+)-(?P<pid>\d+)\.[0-9a-f]{{8}}\.(tmp|old)")
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return
+    for sibling in siblings:
+        match = pattern.fullmatch(sibling.name)
+        if match is None or match["host"] != socket.gethostname() or _alive(int(match["pid"])):
+            continue
+        if sibling.is_dir():
+            shutil.rmtree(sibling, ignore_errors=True)
+        else:
+            sibling.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def output_file(path: PathLike | None = None) -> Iterator[TextIO]:
     """A UTF-8 text file to write to ("\\n" line endings): standard output when `path` is None or "-"; otherwise a new
     file next to `path`, renamed to `path` when the block ends and deleted when it raises (`KeyboardInterrupt`
     included), so an interrupted command leaves the old `path`, or none, never half of the new one. A replaced file
-    keeps its permissions."""
+    keeps its permissions. What a killed command left beside `path` is removed first ([`remove_stale_temporaries`])."""
     if path is None or str(path) == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # same folder: the rename is atomic
+    remove_stale_temporaries(path)
+    temporary = temporary_name(path)  # same folder: the rename is atomic
     try:
         with open(temporary, "x", encoding="utf-8", newline="\n") as file:
             yield file
@@ -78,4 +115,33 @@ def output_file(path: PathLike | None = None) -> Iterator[TextIO]:
         temporary.unlink(missing_ok=True)
 
 
-__all__ = ["InvalidUTF8Error", "iter_lines", "output_file", "read_lines"]
+@contextlib.contextmanager
+def output_folder(path: PathLike, *, replace_files: bool = False, last: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A new folder next to `path` to write into, deleted when the block raises (`KeyboardInterrupt` or a full disk
+    included), so that an interrupted command leaves the old `path`, or none, never half of the new one. When the
+    block ends a new `path` is the folder renamed; an existing one is replaced whole, or, with `replace_files`, has
+    each of its files that the new folder holds replaced by a rename (the names in `last` last: the weights after
+    the config and tokenizer they go with), its other files kept."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
+    temporary, old = temporary_name(path), temporary_name(path, "old")
+    temporary.mkdir()
+    try:
+        yield temporary
+        if not path.exists():
+            os.replace(temporary, path)
+        elif replace_files:
+            for entry in sorted(temporary.iterdir(), key=lambda entry: (entry.name in last, entry.name)):
+                if (path / entry.name).is_dir():
+                    shutil.rmtree(path / entry.name)
+                os.replace(entry, path / entry.name)
+        else:
+            os.replace(path, old)
+            os.replace(temporary, path)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+__all__ = ["InvalidUTF8Error", "iter_lines", "output_file", "output_folder", "read_lines"]

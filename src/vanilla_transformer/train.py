@@ -6,12 +6,14 @@ With no data arguments it trains on the English -> French number-words corpus th
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -29,8 +31,15 @@ from transformers import (
 )
 from transformers.hf_argparser import string_to_bool
 
-from .user_errors import CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, user_errors
+from .user_errors import (
+    CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, disk_message, disk_problem,
+    user_errors,
+)
 from .averaging import average_checkpoints, find_checkpoints
+from .checkpoints import (
+    checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
+    weights_problem,
+)
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
 from .data import (
@@ -42,10 +51,13 @@ from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from . import number_words_report
 from .number_words import number_words_corpus
+from .run_lock import FolderInUseError, check_unlocked, run_lock
 from .tokenization import SMALLEST_VOCAB_SIZE, train_tokenizer
 from .training import (
     PAPER_RECIPE,
     BPEDropoutDataset,
+    Preempted,
+    SaveOnSignal,
     TokenBatchSeq2SeqTrainer,
     TrainingTimeBudget,
     paper_learning_rate,
@@ -159,7 +171,12 @@ class RecipeArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace the run --output_dir holds (its checkpoints, weights, Trainer "
                                          "state, results and logs are deleted first); without it, or "
-                                         "--resume_from_checkpoint, a folder holding a run is refused."}
+                                         "--resume_from_checkpoint, a folder holding a finished run is refused."}
+    )
+    resume_weights_only: bool = field(
+        default=False, metadata={"help": "Resume from a checkpoint that lacks its optimizer, schedule or random "
+                                         "generator state, with what it holds: the run will not match an "
+                                         "uninterrupted one. Without it such a checkpoint is refused."}
     )
 
 
@@ -219,7 +236,7 @@ class TrainArgumentParser(OneLineErrors, HfArgumentParser):
     """transformers' parser of dataclass flags, whose errors are one line like every command's."""
 
 
-def parse_arguments(argv: list[str] | None = None):
+def parse_arguments(argv: list[str] | None = None, continued: bool = False):
     """The four argument dataclasses and whether this is the demo (no data given). Every flag is spelled with dashes
     (`--max-tokens`) or, as transformers' scripts spell them, with underscores (`--max_tokens`). A resumed run takes
     its model, data and recipe from the run it continues (`resumed_run`); validation files given mean validation."""
@@ -257,7 +274,7 @@ def parse_arguments(argv: list[str] | None = None):
         parser.set_defaults(use_cpu=True)  # torchrun on CPUs: the Trainer then runs DDP over gloo
     arguments = parse_into_dataclasses(parser, argv)
     if checkpoint and recorded:
-        check_resumed_flags(arguments, recorded, flags, checkpoint)
+        check_resumed_flags(arguments, recorded, flags, checkpoint, continued)
     data_args, training_args = arguments[1], arguments[3]
     validation_given = data_args.validation_source_file or data_args.validation_file
     if validation_given and "--eval_strategy" not in flags and training_args.eval_strategy == "no":
@@ -308,11 +325,91 @@ PATH_ARGUMENTS = ("model_name_or_path", "tokenizer_name", *(name for name in FIX
                                                            if name.endswith("_file")))
 
 
+RESUME_FLAGS = ("--resume_from_checkpoint", "--resume-from-checkpoint")
+
+
 def resume_checkpoint(argv: list[str]) -> str | None:
     """The --resume-from-checkpoint folder given, read before the other flags, whose defaults it decides."""
     parser = CommandParser(add_help=False)
-    parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint")
+    parser.add_argument(*RESUME_FLAGS)
     return parser.parse_known_args(argv)[0].resume_from_checkpoint
+
+
+def given_output_dir(argv: list[str]) -> str | None:
+    """The --output-dir given, or the demo's when no data flag is given; None when neither."""
+    parser = CommandParser(add_help=False)
+    parser.add_argument("--output_dir", "--output-dir")
+    output_dir = parser.parse_known_args(argv)[0].output_dir
+    flags = {argument.split("=")[0].replace("-", "_").replace("__", "--", 1) for argument in argv}
+    return output_dir or (None if flags & set(DATA_FLAGS) else DEMO_OUTPUT_DIR)
+
+
+def resolve_resume(argv: list[str]) -> tuple[list[str], str | None]:
+    """`argv` with the checkpoint the run resumes from, and what was decided, in words for the log (None when
+    nothing was). A run resumes from the newest complete checkpoint (`checkpoints.complete_checkpoints`) of
+    `--resume-from-checkpoint RUN` (a run folder), of `--resume-from-checkpoint auto` (the `--output-dir` run; a new
+    run when it holds none), and, without the flag, of an `--output-dir` holding a run this command started and did
+    not finish (`RUN_ARGUMENTS`, no final `trainer_state.json`): the same command run again after a kill or a
+    preemption continues where it stopped."""
+    value = resume_checkpoint(argv)
+    output_dir = given_output_dir(argv)
+    if value is None:
+        if output_dir is None or overwrite_given(argv) or not unfinished_run(output_dir):
+            return argv, None
+        checkpoint = newest_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            return argv, None  # stopped before its first complete checkpoint: it starts again (check_output_dir)
+        return [*argv, RESUME_FLAGS[0], str(checkpoint)], (
+            f"{output_dir} holds a run this command started and did not finish: continuing it from {checkpoint}, "
+            f"its newest complete checkpoint (step {checkpoint_step(checkpoint):,})")
+    if value == "auto":
+        if output_dir is None:
+            raise UserError("--resume-from-checkpoint auto continues the run in --output-dir: give --output-dir")
+        run = Path(output_dir)
+        checkpoint = newest_complete_checkpoint(run) if run.is_dir() else None
+        if checkpoint is None:
+            return without_resume(argv), f"--resume-from-checkpoint auto: {run} holds no complete checkpoint; a new run"
+    elif Path(value).is_dir() and checkpoint_step(Path(value).resolve()) is None:
+        run = Path(value)
+        checkpoint = newest_complete_checkpoint(run)
+        if checkpoint is None:
+            incomplete = complete_checkpoints(run)[1]
+            found = f" (incomplete: {', '.join(path.name for path in incomplete)})" if incomplete else ""
+            raise UserError(f"--resume-from-checkpoint {value} holds no complete checkpoint-<step> folder{found}")
+    else:
+        return argv, None
+    step = checkpoint_step(checkpoint)
+    message = f"resuming from {checkpoint}, the newest complete checkpoint of {run} (step {step:,})"
+    return [*without_resume(argv), RESUME_FLAGS[0], str(checkpoint)], message
+
+
+def without_resume(argv: list[str]) -> list[str]:
+    """`argv` without --resume-from-checkpoint and its value."""
+    kept, skip = [], False
+    for argument in argv:
+        if skip:
+            skip = False
+        elif argument in RESUME_FLAGS:
+            skip = True
+        elif not argument.startswith(tuple(f"{flag}=" for flag in RESUME_FLAGS)):
+            kept.append(argument)
+    return kept
+
+
+def overwrite_given(argv: list[str]) -> bool:
+    """Whether `argv` asks for --overwrite-output-dir (which replaces an unfinished run instead of continuing it)."""
+    parser = CommandParser(add_help=False)
+    parser.add_argument("--overwrite_output_dir", "--overwrite-output-dir", nargs="?", const="true", default="false")
+    try:
+        return string_to_bool(parser.parse_known_args(argv)[0].overwrite_output_dir)
+    except argparse.ArgumentTypeError:  # the full parser refuses the value
+        return False
+
+
+def unfinished_run(output_dir: str | os.PathLike) -> bool:
+    """Whether `output_dir` holds a run that `train` started (`RUN_ARGUMENTS`) and did not finish (the final
+    `trainer_state.json`, saved after training, is missing)."""
+    return (Path(output_dir) / RUN_ARGUMENTS).is_file() and not (Path(output_dir) / "trainer_state.json").is_file()
 
 
 def recorded_arguments(checkpoint: str) -> dict:
@@ -340,8 +437,9 @@ def record_arguments(model_args, data_args, recipe_args, training_args, is_demo:
     path.write_text(json.dumps(dict(values, demo=is_demo), indent=2) + "\n", encoding="utf-8")
 
 
-def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str) -> None:
-    """A `UserError` for a flag that gives a `FIXED_ON_RESUME` argument another value than the run it resumes."""
+def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str, continued: bool = False) -> None:
+    """A `UserError` for a flag that gives a `FIXED_ON_RESUME` argument another value than the run it resumes
+    (`continued`: the unfinished run of the output folder, which the command continues without being asked)."""
     for name in FIXED_ON_RESUME:
         if f"--{name}" not in flags or name not in recorded:
             continue
@@ -356,8 +454,10 @@ def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: 
             flag = f"--{name.replace('_', '-')}"
             given, before = (f"{value:g}" if isinstance(value, float) else value for value in (given, before))
             raise UserError(
-                f"{flag} {given} contradicts the run --resume-from-checkpoint continues, trained with {flag} {before} "
-                f"({Path(checkpoint).parent / RUN_ARGUMENTS}); leave the flag out to continue the run as it was"
+                f"{flag} {given} contradicts the run "
+                f"{'this command continues (unfinished)' if continued else '--resume-from-checkpoint continues'}, "
+                f"trained with {flag} {before} ({Path(checkpoint).parent / RUN_ARGUMENTS}); leave the flag out to "
+                "continue the run as it was" + (", or pass --overwrite-output-dir to replace it" if continued else "")
             )
 
 
@@ -404,27 +504,75 @@ def check_output_dir(recipe_args: RecipeArguments, training_args: Seq2SeqTrainin
     output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
     if output_dir.exists() and not output_dir.is_dir():
         raise UserError(f"--output-dir {output_dir} is a file, not a folder")
+    if training_args.process_index == 0:  # the process that will hold the lock (run_lock.py)
+        with user_errors(FolderInUseError):
+            check_unlocked(output_dir)
     if checkpoint is not None:
         if recipe_args.overwrite_output_dir:
             raise UserError("--overwrite-output-dir would delete the run --resume-from-checkpoint continues; give one")
         if not Path(checkpoint).is_dir():
             raise UserError(f"--resume-from-checkpoint {checkpoint}: no such folder")
-        if not CHECKPOINT.fullmatch(Path(checkpoint).resolve().name):
-            found = sorted(Path(checkpoint).glob("checkpoint-*"), key=lambda path: path.stat().st_mtime)
-            hint = f": give one of its checkpoints, e.g. {found[-1]} (the last)" if found else ""
-            raise UserError(f"--resume-from-checkpoint {checkpoint} is not a checkpoint-<step> folder{hint}")
-        for name in ("trainer_state.json", "config.json"):
-            if not (Path(checkpoint) / name).is_file():
-                raise UserError(f"--resume-from-checkpoint {checkpoint} has no {name}: it is not a checkpoint")
+        check_resumed_checkpoint(Path(checkpoint), recipe_args.resume_weights_only)
         return
     run = sorted(
         path.name for path in output_dir.glob("*") if CHECKPOINT.fullmatch(path.name) or path.name in RUN_MARKERS
     )
-    if run and not recipe_args.overwrite_output_dir:
+    if run and unfinished_run(output_dir) and newest_complete_checkpoint(output_dir) is None:
+        logger.info("%s holds a run stopped before its first complete checkpoint: it starts again", output_dir)
+    elif run and not recipe_args.overwrite_output_dir:
         raise UserError(
             f"--output-dir {output_dir} holds a run ({', '.join(run[:3])}{', ...' if len(run) > 3 else ''}); pass "
             "--overwrite-output-dir to replace it, --resume-from-checkpoint to continue it, or choose another folder"
         )
+
+
+def check_resumed_checkpoint(checkpoint: Path, weights_only: bool = False) -> None:
+    """A `UserError` for a checkpoint to resume from that is incomplete (naming the newest complete one of its run),
+    or that lacks the training state that makes the resumed run the uninterrupted one (unless `weights_only`, when
+    the log says the run will differ)."""
+    if (problem := checkpoint_problem(checkpoint)) is not None:
+        newest = newest_complete_checkpoint(checkpoint.parent)
+        use = f"resume from {newest}, the newest complete one" if newest else f"{checkpoint.parent} holds none"
+        raise UserError(f"--resume-from-checkpoint {checkpoint} is incomplete ({problem}); {use}")
+    if missing := missing_training_state(checkpoint):
+        missing = " and ".join(missing)
+        if not weights_only:
+            raise UserError(f"--resume-from-checkpoint {checkpoint} has no {missing}: the resumed run would not match "
+                            "an uninterrupted one; pass --resume-weights-only to go on with what it holds")
+        logger.warning("Resuming from %s without its %s (--resume-weights-only): the run will not match an "
+                       "uninterrupted one", checkpoint, missing)
+
+
+def remove_incomplete_checkpoints(output_dir: str | os.PathLike) -> None:
+    """Delete the checkpoints of `output_dir` that a kill cut short (never used, and rewritten when the run reaches
+    their step again), saying so."""
+    if not Path(output_dir).is_dir():
+        return
+    for path, problem in complete_checkpoints(output_dir)[1].items():
+        logger.info("Removing %s, an incomplete checkpoint: %s", path, problem)
+        shutil.rmtree(path)
+
+
+@contextlib.contextmanager
+def disk_errors(output_dir: str | os.PathLike, process_index: int = 0):
+    """A write into the run's folder that the disk refuses (a checkpoint, the final model; `user_errors.disk_problem`)
+    as a `UserError` naming the folder, the space and the checkpoint to continue from; the first process deletes what
+    was cut short (checkpoints, the final weights), so that nothing half-written is left under a name that a later
+    command would trust."""
+    try:
+        yield
+    except Exception as error:
+        if isinstance(error, UserError) or (problem := disk_problem(error, output_dir)) is None:
+            raise
+        if process_index == 0:
+            remove_incomplete_checkpoints(output_dir)
+            if weights_problem(output_dir) is not None:
+                (Path(output_dir) / "model.safetensors").unlink()
+        newest = newest_complete_checkpoint(output_dir)
+        needed = sum(path.stat().st_size for path in newest.rglob("*") if path.is_file()) if newest else None
+        then = (f"; {newest} is the newest complete checkpoint: free space and run the same command to continue"
+                if newest else "; free space and run the command again")
+        raise UserError(disk_message(output_dir, problem, needed) + then) from error
 
 
 def remove_run(output_dir: str | os.PathLike) -> None:
@@ -609,16 +757,40 @@ def check_new_model(model_args: ModelArguments, data_args: DataArguments) -> Non
 
 def main(argv: list[str] | None = None):
     """Parse, prepare the data, build the model, train, average the last checkpoints, test, write the model card."""
-    model_args, data_args, recipe_args, training_args, is_demo = parse_arguments(argv)
+    given = sys.argv[1:] if argv is None else argv
+    argv, resumed = resolve_resume(given)
+    continued = resumed is not None and resume_checkpoint(given) is None
+    model_args, data_args, recipe_args, training_args, is_demo = parse_arguments(argv, continued)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if resumed:
+        logger.info(resumed)
+    # SIGTERM stops training with a checkpoint; with several processes each would stop at its own step, so there it
+    # keeps its default action.
+    preemption = SaveOnSignal()
+    with contextlib.ExitStack() as held:
+        if training_args.world_size == 1:
+            held.enter_context(preemption.handling())
+        return train(model_args, data_args, recipe_args, training_args, is_demo, preemption, held)
+
+
+def train(model_args, data_args, recipe_args, training_args, is_demo: bool, preemption: SaveOnSignal,
+          held: contextlib.ExitStack):
+    """`main` after parsing: the run, with SIGTERM handled by `preemption` and the output folder's lock held in
+    `held` (by the first process) until `main` returns."""
     set_seed(training_args.seed)
     splits, callbacks = check_and_load(model_args, data_args, recipe_args, training_args, is_demo)
+    callbacks = [*(callbacks or []), preemption]
+    if training_args.process_index == 0:  # one run per output folder, from here to the end
+        with user_errors(FolderInUseError):
+            held.enter_context(run_lock(training_args.output_dir))
+    held.enter_context(disk_errors(training_args.output_dir, training_args.process_index))
     if training_args.eval_strategy != "no" or data_args.validation_source_file or data_args.validation_file:
         logger.info(validation_schedule(training_args))
     if recipe_args.overwrite_output_dir:
         remove_old_run(training_args)
 
     if training_args.process_index == 0:
+        remove_incomplete_checkpoints(training_args.output_dir)
         record_arguments(model_args, data_args, recipe_args, training_args, is_demo)
 
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
@@ -635,6 +807,11 @@ def main(argv: list[str] | None = None):
     eval_dataset = validation_dataset(tokenized, data_args.max_eval_samples)
     trainer = build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups)
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if preemption.stopped:
+        number, step = preemption.stopped
+        raise Preempted(f"stopped by {signal.Signals(number).name} at step {step:,}, with a checkpoint: "
+                        f"{Path(training_args.output_dir) / f'checkpoint-{step}'}; the same command continues the run",
+                        number)
     averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     save_run(trainer, result)
 

@@ -12,7 +12,9 @@ The `train` command's speed-ups for CPU training live apart, in `cpu_training.py
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
+import contextlib
 import logging
+import signal
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -26,6 +28,8 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallba
 from transformers.trainer_utils import seed_worker
 
 from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
+from .checkpoints import MarkCompleteCheckpoints
+from .user_errors import Preempted
 from .metrics import score_translations
 from .tokenization import BPEDropout
 
@@ -140,10 +144,13 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     epoch's few batch shapes (`TokenBatchSampler`).
     Training batches are collated through `TokenIdCheckingCollator`, in `dataloader_num_workers` worker processes
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
-    check them."""
+    check them.
+    Each checkpoint is marked complete once written (`checkpoints.MarkCompleteCheckpoints`), so that one cut short
+    by a kill is never resumed from or averaged."""
 
     def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.add_callback(MarkCompleteCheckpoints)  # after the callbacks given, which may decide to save
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self._flops_per_input_token = None
@@ -290,6 +297,50 @@ class TrainingTimeBudget(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class SaveOnSignal(TrainerCallback):
+    """SIGTERM, the signal by which SLURM, Kubernetes and spot instances preempt a job, handled as a stop with a
+    checkpoint: during training the step under way ends, a checkpoint is written and training stops; `stopped` then
+    holds the signal and the step, and the command raises `Preempted`. Before training begins there is nothing to
+    save, and after it ends the run saves on its own: the signal raises `Preempted` at once. Installed by `handling`,
+    in the main thread of one process."""
+
+    def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM,)):
+        self.signals = signals
+        self.training = False
+        self.received = None
+        self.stopped = None  # (signal, step) once training stopped for a signal
+
+    @contextlib.contextmanager
+    def handling(self):
+        """The signals handled inside the block, their former handlers restored after it."""
+        former = {number: signal.signal(number, self.handle) for number in self.signals}
+        try:
+            yield self
+        finally:
+            for number, handler in former.items():
+                signal.signal(number, handler)
+
+    def handle(self, number, frame):
+        if not self.training:
+            raise Preempted(f"stopped by {signal.Signals(number).name}", number)
+        self.received = number
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received is not None:
+            logger.warning("%s received: saving a checkpoint at step %d and stopping",
+                           signal.Signals(self.received).name, state.global_step)
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped = (self.received, state.global_step)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
 
 
 def tokenize_pairs(

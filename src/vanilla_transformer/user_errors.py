@@ -6,14 +6,28 @@ traceback or a minute of retries)."""
 import argparse
 import contextlib
 import difflib
+import errno
+import json
 import os
 import re
+import shutil
+import struct
 import threading
 from pathlib import Path
 
 
 class UserError(Exception):
     """A mistake in what the user gave a command, which the message names; printed as one line, exit status 2."""
+
+
+class Preempted(Exception):
+    """Not a mistake but a stop: a command ended by a signal it handles (SIGTERM during training saves a checkpoint
+    first); printed as one line that says where it stopped and what to do, exit status 128 + the signal's number, as
+    Ctrl-C's 130."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
 
 
 class OneLineErrors:
@@ -49,6 +63,67 @@ def describe(error: BaseException, path: str | os.PathLike | None = None) -> str
         return f"{filename}: {error.strerror[0].lower()}{error.strerror[1:]}"
     message = " ".join(str(error).split()) or type(error).__name__
     return f"{path}: {message}" if path is not None and str(path) not in message else message
+
+
+# What a write the disk refused says: Python's OSError by its errno; safetensors and CTranslate2 by the OS's message;
+# torch.save's zip writer without the errno ("unexpected pos 64 vs 0" for a short write), taken as a full disk only
+# when the disk has under `NEARLY_FULL` bytes left.
+DISK_ERRNOS = {errno.ENOSPC: "no space left on its device", errno.EDQUOT: "the disk quota is exceeded"}
+DISK_MESSAGES = {"No space left on device": DISK_ERRNOS[errno.ENOSPC], "StorageFull": DISK_ERRNOS[errno.ENOSPC],
+                 "Disk quota exceeded": DISK_ERRNOS[errno.EDQUOT]}
+TORCH_WRITER_MESSAGES = ("unexpected pos", "file write failed")
+NEARLY_FULL = 64 * 2**20
+
+
+def disk_problem(error: BaseException, folder: str | os.PathLike = ".") -> str | None:
+    """What the disk refused, in words, when `error` (or an error it was raised from) is a write to `folder` that a
+    full disk or a quota stopped; None for any other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
+            return DISK_ERRNOS[error.errno]
+        text = str(error)
+        for message, problem in DISK_MESSAGES.items():
+            if message in text:
+                return problem
+        if isinstance(error, RuntimeError) and any(message in text for message in TORCH_WRITER_MESSAGES):
+            if free_space(folder) < NEARLY_FULL:
+                return DISK_ERRNOS[errno.ENOSPC]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def free_space(folder: str | os.PathLike) -> int:
+    """The bytes free on the device of `folder` (of its nearest existing parent, if it is not made yet)."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def disk_message(folder: str | os.PathLike, problem: str, needed: int | None = None) -> str:
+    """One line for a write to `folder` that the disk refused: the folder, the problem, what is free and, when
+    known, what the write needed."""
+    needed = f", {_size(needed)} needed" if needed else ""
+    return f"cannot write in {folder}: {problem} ({_size(free_space(folder))} free{needed})"
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:,.1f} GiB" if count >= 2**30 else f"{count / 2**20:,.1f} MiB"
+
+
+@contextlib.contextmanager
+def write_errors(folder: str | os.PathLike, needed: int | None = None):
+    """Report a write into `folder` that the disk refuses inside ([`disk_problem`]) as a `UserError` naming the
+    folder and the space ([`disk_message`]); other errors pass. What was written is the caller's to remove (written
+    beside its final name: `text_files.output_file`, `text_files.output_folder`)."""
+    try:
+        yield
+    except Exception as error:
+        if isinstance(error, UserError) or (problem := disk_problem(error, folder)) is None:
+            raise
+        raise UserError(disk_message(folder, problem, needed)) from error
 
 
 # A model on the Hub: USER/NAME (huggingface_hub checks the details when it is fetched).
@@ -87,6 +162,8 @@ def check_model(
             raise UserError(f"{value} has no model weights ({WEIGHT_FILES[0]})")
         if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
             raise UserError(f"{value} has no tokenizer files ({' or '.join(TOKENIZER_FILES)})")
+        check_model_files(folder, [*(["config.json"] if config else []), *(WEIGHT_FILES[:2] if weights else []),
+                                   *(TOKENIZER_FILES if tokenizer else [])])
         return value
     if folder.exists():
         raise UserError(f"{value} is a file, not a folder")
@@ -109,6 +186,46 @@ def check_model(
             )
         return value
     raise UserError(no_such_folder(value, hub_hint=hub))
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with the JSON or safetensors file `path`, naming it, in one line; None when it reads (a
+    safetensors file: its header, and a length equal to the one the header describes; its tensors are not read)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                return f"{path} is truncated or not JSON"
+        elif path.suffix == ".safetensors":
+            return _safetensors_problem(path)
+    except OSError as error:
+        return describe(error)
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        try:
+            (header_size,) = struct.unpack("<Q", file.read(8))
+            if header_size > size - 8:
+                return f"{path} is truncated ({size:,} bytes)"
+            header = json.loads(file.read(header_size))
+            end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError, struct.error):
+            return f"{path} is not a safetensors file (truncated or garbled)"
+    if size != 8 + header_size + end:
+        return f"{path} is truncated ({size:,} bytes of {8 + header_size + end:,})"
+    return None
+
+
+def check_model_files(folder: str | os.PathLike, names) -> None:
+    """A `UserError` naming the first of the files `names` of `folder` that is truncated or garbled."""
+    for name in names:
+        if (Path(folder) / name).is_file() and (problem := file_problem(Path(folder) / name)) is not None:
+            raise UserError(problem)
 
 
 def not_exported(model_dir: Path, backend: str, holds_no: str) -> ValueError:
