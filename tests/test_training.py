@@ -248,6 +248,32 @@ def test_fine_tuning_a_saved_model_with_a_plain_seq2seq_trainer(tokenizer, token
     assert AutoTokenizer.from_pretrained(tmp_path / "finetuned").get_vocab() == user_tokenizer.get_vocab()
 
 
+def test_predicting_leaves_the_generation_config_to_save_without_a_max_length(tokenizer, tokenized, tmp_path):
+    """Seq2SeqTrainer fills the model's generation config with transformers' defaults when it predicts; saved, their
+    `max_length` 20 made transformers warn at every `generate(max_new_tokens=...)` and pipeline call."""
+    from transformers import pipeline
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
+
+    model = small_model(tokenizer)
+    args = paper_training_arguments(str(tmp_path), d_model=64, report_to=[], disable_tqdm=True,
+                                    generation_num_beams=1, generation_max_length=8, per_device_eval_batch_size=16)
+    trainer = TokenBatchSeq2SeqTrainer(model=model, args=args, processing_class=tokenizer,
+                                       data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
+    before = model.generation_config.to_diff_dict()
+    trainer.predict(tokenized["validation"].select(range(4)))
+    assert model.generation_config.to_diff_dict() == before
+    trainer.save_model()
+    saved = json.loads((tmp_path / "generation_config.json").read_text())
+    assert not {"max_length", "min_length"} & set(saved)
+    assert saved["num_beams"] == 4 and saved["max_length_over_source"] == 50
+    translator = pipeline("translation", model=str(tmp_path))
+    with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
+        translator(["one", "two"], max_new_tokens=3)
+        translator.model.generate(**tokenizer(["one"], return_tensors="pt"), max_new_tokens=3)
+    assert "max_length" not in captured.out
+
+
 # --- The command line: resume, DDP -------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ The `train` command's speed-ups for CPU training live apart, in `cpu_training.py
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
+import copy
 import logging
 import time
 from collections.abc import Sequence
@@ -156,6 +157,16 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         # decoding, which the loss never reads.
         inputs = {**inputs, "use_cache": False}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        # Seq2SeqTrainer fills the model's generation config with transformers' defaults at every prediction step
+        # (`max_length` 20, `min_length` 0, ...); saved with the model, that `max_length` makes transformers warn at
+        # every `generate(max_new_tokens=...)`. The model keeps the generation config it had.
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = generation_config
 
     def floating_point_ops(self, inputs) -> int:
         main_input = getattr(self.model, "main_input_name", "input_ids")
