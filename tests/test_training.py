@@ -24,6 +24,7 @@ from vanilla_transformer.training import (
     paper_learning_rate,
     paper_training_arguments,
     tokenize_pairs,
+    translation_metrics,
 )
 
 
@@ -539,9 +540,34 @@ def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_gener
     (validation,) = [entry for entry in history if "eval_loss" in entry]
     assert validation["step"] == 2 and math.isfinite(validation["eval_loss"])
     assert ("eval_bleu" in validation) == with_generate
-    # The test split is translated (beam search) only when generate() is on; without it the run ends on a
-    # validation loss instead of a crash on logits where token ids were expected.
-    assert (out / "test_results.json").exists() == with_generate
+    # Test files are translated and scored either way: --predict-with-generate is about validation.
+    assert json.loads((out / "test_results.json").read_text())["test_bleu"] >= 0
+    assert (out / "card_results.json").exists() and (out / "README.md").exists()
+
+
+def test_validation_decodes_greedily_and_the_test_with_the_models_generation_config(tokenizer, tokenized, tmp_path):
+    """By default of the command: validation BLEU greedy and at most source + 20 tokens (VALIDATION_DECODING), the test
+    set with section 6.1's beam 4 up to source + 50 (the model's generation config)."""
+    from vanilla_transformer.training import VALIDATION_DECODING
+
+    model = small_model(tokenizer)
+    calls = []
+    generate = model.generate
+    model.generate = lambda *args, **kwargs: calls.append(kwargs) or generate(*args, **kwargs)
+    args = paper_training_arguments(str(tmp_path), d_model=64, report_to=[], disable_tqdm=True,
+                                    per_device_eval_batch_size=16)
+    trainer = TokenBatchSeq2SeqTrainer(model=model, args=args, processing_class=tokenizer,
+                                       data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                                       compute_metrics=translation_metrics(tokenizer),
+                                       validation_decoding=VALIDATION_DECODING)
+    pairs = tokenized["validation"].select(range(2))
+    trainer.evaluate(pairs)
+    assert calls[-1]["num_beams"] == 1 and calls[-1]["max_length_over_source"] == 20
+    trainer.predict(pairs)
+    assert "num_beams" not in calls[-1] and "max_length_over_source" not in calls[-1]  # the generation config's
+    trainer.args.generation_num_beams = 2  # --generation-num-beams sets both
+    trainer.evaluate(pairs)
+    assert calls[-1]["num_beams"] == 2 and calls[-1]["max_length_over_source"] == 20
 
 
 def test_command_reports_test_results_and_writes_a_model_card(corpus, tokenizer_dir, tmp_path):

@@ -45,6 +45,7 @@ from .number_words import number_words_corpus
 from .tokenization import SMALLEST_VOCAB_SIZE, train_tokenizer
 from .training import (
     PAPER_RECIPE,
+    VALIDATION_DECODING,
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
     TrainingTimeBudget,
@@ -168,7 +169,6 @@ class RecipeArguments:
 PAPER_DEFAULTS = dict(
     PAPER_RECIPE,
     learning_rate=0.0,
-    generation_num_beams=4,
     report_to=["tensorboard"],
     eval_strategy="no",
     save_strategy="steps",
@@ -638,10 +638,11 @@ def main(argv: list[str] | None = None):
     averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     save_run(trainer, result)
 
-    if "test" in tokenized and training_args.predict_with_generate:
+    if "test" in tokenized:
         metrics, hypotheses = report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged, is_demo)
         if trainer.is_world_process_zero():
-            results = card_results(metrics, splits, hypotheses, data_args, averaged, is_demo)
+            results = card_results(metrics, splits, hypotheses, data_args, averaged, is_demo,
+                                   decoding=test_decoding(trainer.args))
             write_card(training_args.output_dir, results)
     elif eval_dataset is not None:
         report_validation_results(trainer)
@@ -670,7 +671,7 @@ def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: b
     # Checked now rather than at the first log, or at the model card written after training.
     if "tensorboard" in training_args.report_to:
         require("tensorboard", extra="train")
-    if "test" in splits and training_args.predict_with_generate:
+    if "test" in splits:  # for the model card
         require("jinja2", extra="train")
     return splits, callbacks
 
@@ -680,8 +681,20 @@ def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
     strategy = training_args.eval_strategy.value
     when = dict(epoch="at the end of every epoch", no="never (--eval-strategy no)").get(strategy)
     when = when or f"every {training_args.eval_steps:g} steps"
-    what = "loss, BLEU and chrF" if training_args.predict_with_generate else "loss"
+    what = "loss"
+    if training_args.predict_with_generate:
+        decoding = test_decoding(training_args) or (
+            f"greedy, at most source length + {VALIDATION_DECODING['max_length_over_source']} tokens")
+        what = f"loss, BLEU and chrF ({decoding})"
     return f"validation: {what} {when}"
+
+
+def test_decoding(training_args: Seq2SeqTrainingArguments) -> str | None:
+    """The decoding that `--generation-num-beams` / `--generation-max-length` set for validation and test, in words;
+    None when neither is given (validation: `VALIDATION_DECODING`, test: the model's generation config)."""
+    beams, length = training_args.generation_num_beams, training_args.generation_max_length
+    words = ([f"beam {beams}"] if beams else []) + ([f"at most {length} tokens"] if length else [])
+    return ", ".join(words) or None
 
 
 def remove_old_run(training_args: Seq2SeqTrainingArguments) -> None:
@@ -733,7 +746,8 @@ def validation_dataset(tokenized: dict, max_eval_samples: int | None):
 
 def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups=()):
     """The Trainer of the paper's recipe: token batches (section 5.1) and, with --predict-with-generate, validation
-    BLEU from generate(); without it validation reports its loss only. With CPU `speedups`, the Trainer that applies
+    BLEU from generate() (`VALIDATION_DECODING` unless flags set the decoding); without it validation reports its loss
+    only. With CPU `speedups`, the Trainer that applies
     them inside its steps (cpu_training.py)."""
     trainer_class, options = TokenBatchSeq2SeqTrainer, {}
     multiple = data_args.pad_to_multiple_of if data_args.pad_to_multiple_of > 1 else None
@@ -749,6 +763,7 @@ def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eva
             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=multiple),
             processing_class=tokenizer,
             compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
+            validation_decoding=VALIDATION_DECODING,
             max_tokens=data_args.max_tokens or None,
             max_sentences=data_args.max_sentences,
             callbacks=callbacks,
@@ -786,11 +801,17 @@ def report_validation_results(trainer) -> None:
 
 def report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged: str | None = None,
                         is_demo: bool = False):
-    """Translate the `test` split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
+    """Translate the `test` split with the model's generation config (section 6.1's beam search) unless
+    `--generation-num-beams` / `--generation-max-length` say otherwise, whatever `--predict-with-generate` says for
+    validation; print samples, exact-match accuracy, sacreBLEU (with its
     signature) and chrF on the detokenized text, and save them. The demo also translates its `seen` split, the numbers
     below 1,000 that are in training (`seen_` keys), and scores both per magnitude (number_words_report.py).
     `averaged` says which checkpoints the model averages, if it does. Returns the metrics and each split's
     translations."""
+    if not trainer.args.predict_with_generate:
+        # --predict-with-generate false keeps generate() out of validation; test files are still translated and scored.
+        trainer.args.predict_with_generate = True
+        trainer.compute_metrics = translation_metrics(tokenizer)
     metrics, hypotheses = {}, {}
     for name in ("test", "seen") if is_demo else ("test",):
         metrics_of_split, hypotheses[name] = translate_and_score(trainer, splits[name], tokenized[name],
@@ -831,7 +852,8 @@ def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged
     print(f"\nSample translations ({source_lang} -> {target_lang}) of held-out data:")
     for index in sample_indices(test, 8, is_demo):
         number_words_report.print_pair(test[index]["translation"], hypotheses["test"][index], source_lang, target_lang)
-    print(f"\nHeld-out ({len(test)} pairs, beam {trainer.args.generation_num_beams}): "
+    beams = trainer.args.generation_num_beams or trainer.model.generation_config.num_beams
+    print(f"\nHeld-out ({len(test)} pairs, beam {beams}): "
           f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
           f"chrF {metrics['test_chrf']:.2f}")
     if is_demo:
@@ -842,9 +864,11 @@ def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged
     print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
 
 
-def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo: bool = False) -> dict:
+def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo: bool = False,
+                 decoding: str | None = None) -> dict:
     """The test results as `hub.model_card` takes them: scores with their signatures, the data, samples and the
-    recipe facts the training arguments do not hold. The demo's card also reports the numbers below 1,000 seen in
+    recipe facts the training arguments do not hold; `decoding`: how the test was decoded, where flags changed the
+    model's generation config. The demo's card also reports the numbers below 1,000 seen in
     training, and card_results.json keeps exact match per magnitude (number_words_report.py)."""
     if is_demo:
         evaluations = number_words_report.card_evaluations(metrics)
@@ -863,6 +887,7 @@ def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo:
                 bleu_signature=metrics[f"{prefix}_bleu_signature"],
                 chrf_signature=metrics[f"{prefix}_chrf_signature"],
                 num_sentences=len(hypotheses[prefix]),
+                **({"decoding": decoding} if decoding else {}),
             )
             for prefix, split, data in evaluations
         ],
@@ -875,8 +900,8 @@ def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo:
                       bpe_dropout_target=data_args.bpe_dropout_target),
     )
     if averaged:  # the card names the weights in its table of models
-        results["variants"] = [dict(model=averaged, decoding="the defaults above", bleu=metrics["test_bleu"],
-                                    chrf=metrics["test_chrf"])]
+        results["variants"] = [dict(model=averaged, decoding=decoding or "the defaults above",
+                                    bleu=metrics["test_bleu"], chrf=metrics["test_chrf"])]
     if is_demo:
         results.update(number_words_report.card_extras(splits, hypotheses, data_args.target_lang))
     return results

@@ -60,6 +60,12 @@ PAPER_RECIPE = dict(
 )
 
 
+# Validation BLEU during training is a progress signal, decoded cheaply: greedy search, each sentence ending at the latest
+# at its source length + 20 tokens. An undertrained model runs most sentences to the limit, and section 6.1's beam 4 up to
+# source + 50 could take longer than the training between two validations. The test set keeps section 6.1's decoding.
+VALIDATION_DECODING = dict(num_beams=1, max_length_over_source=20)
+
+
 def paper_training_arguments(
     output_dir: str, d_model: int, warmup_steps: int = 4000, lr_scale: float = 1.0, **overrides
 ) -> Seq2SeqTrainingArguments:
@@ -136,6 +142,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     target tokens (padding included) of pairs of similar length, reshuffled every epoch. Under several processes
     every process builds the same batch list and accelerate deals the batches out, so each process trains on a
     disjoint share and every pair is seen once per epoch. With `max_tokens=None` it batches like `Seq2SeqTrainer`.
+    `validation_decoding` (e.g. `VALIDATION_DECODING`): the `generate()` arguments of `evaluate()` where neither the
+    call nor the training arguments set them; `predict()` decodes with the model's generation config.
     A collator that pads to a multiple (`DataCollatorForSeq2Seq(..., pad_to_multiple_of=8)`) makes the batches
     bucketed: the sampler compares lengths rounded as the collator pads them, so every epoch repeats the first
     epoch's few batch shapes (`TokenBatchSampler`).
@@ -143,10 +151,12 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
     check them."""
 
-    def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None,
+                 validation_decoding: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
+        self.validation_decoding = validation_decoding or {}
         self._flops_per_input_token = None
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
             # The same loss as the Trainer's LabelSmoother, in torch's fused kernel.
@@ -157,6 +167,14 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         # decoding, which the loss never reads.
         inputs = {**inputs, "use_cache": False}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval", **gen_kwargs):
+        # `validation_decoding` (e.g. VALIDATION_DECODING) where neither the call nor `--generation-num-beams` sets the
+        # search; an explicit length (the call's, `--generation-max-length`) wins over its source + N limit.
+        defaults = dict(self.validation_decoding)
+        if self.args.generation_num_beams is not None:
+            defaults.pop("num_beams", None)
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **{**defaults, **gen_kwargs})
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         # Seq2SeqTrainer fills the model's generation config with transformers' defaults at every prediction step
