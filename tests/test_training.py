@@ -314,6 +314,41 @@ def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, 
         torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
 
 
+def test_the_card_of_a_resumed_run_reports_its_data_languages_whole_training_time_and_hardware(
+        corpus, tokenizer_dir, tmp_path):
+    """run_arguments.json records the data (file names with their pairs), the hardware and, across resumes, the steps
+    and training time; `model-card` on the folder reports them without a results file or TensorBoard logs."""
+    from vanilla_transformer.cli import main
+    from vanilla_transformer.hub import model_card
+
+    run = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "2", "--save_steps", "2"))
+    first = json.loads((run / "run_arguments.json").read_text())["run"]
+    assert first["pairs"] == {"train": 600} and first["steps"] == 2 and first["sessions"] == 1
+    assert first["hardware"] == [training_hardware()]
+    first_seconds = first["training_seconds"]
+    assert json.loads((run / "checkpoint-2" / "training_time.json").read_text())["seconds"] <= first_seconds
+    main(["train", "--resume_from_checkpoint", str(run / "checkpoint-2"), "--max_steps", "4", "--save_steps", "2",
+          "--disable_tqdm", "true"])
+    recorded = json.loads((run / "run_arguments.json").read_text())
+    assert recorded["max_steps"] == 4 and recorded["run"]["steps"] == 4 and recorded["run"]["sessions"] == 2
+    session = json.loads((run / "train_results.json").read_text())["train_runtime"]
+    assert recorded["run"]["training_seconds"] > first_seconds > 0 and session < recorded["run"]["training_seconds"]
+    card = model_card(run).text
+    assert "Data: Training `pairs.tsv` (600 sentence pairs), en -> fr." in card
+    assert "not recorded" not in card
+    seconds = recorded["run"]["training_seconds"]
+    duration = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    assert f"| training time | {duration}, 2 sessions (resumed) |" in card
+    assert f"| hardware | {training_hardware()} |" in card
+    assert "| steps | 4 (" in card and "| optimizer (5.3) | Adam, beta1 0.9, beta2 0.98, eps 1e-09" in card
+
+
+def training_hardware() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"CPU, {cores} cores"
+
+
 def test_a_resumed_run_refuses_flags_that_contradict_the_run_and_its_checkpoint(corpus, tokenizer_dir, tmp_path,
                                                                               capsys):
     from vanilla_transformer.cli import main

@@ -37,7 +37,7 @@ from .data import (
     default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
 )
 from .extras import require
-from .hub import write_model_card
+from .hub import recorded_run, write_model_card
 from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from . import number_words_report
@@ -48,6 +48,7 @@ from .training import (
     VALIDATION_DECODING,
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
+    TrainingClock,
     TrainingTimeBudget,
     paper_learning_rate,
     tokenize_pairs,
@@ -316,18 +317,20 @@ def resume_checkpoint(argv: list[str]) -> str | None:
 
 
 def recorded_arguments(checkpoint: str) -> dict:
-    """The arguments the run holding `checkpoint` recorded (`RUN_ARGUMENTS`, with `demo`), or {} for a run that
-    recorded none (then the checkpoint's config.json still decides the model)."""
+    """The arguments the run holding `checkpoint` recorded (`RUN_ARGUMENTS`, with `demo`, without the facts under
+    `run`), or {} for a run that recorded none (then the checkpoint's config.json still decides the model)."""
     path = Path(checkpoint).parent / RUN_ARGUMENTS
     if not path.is_file():
         return {}
     with user_errors(ValueError, OSError, path=path):
-        return json.loads(path.read_text(encoding="utf-8"))
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    recorded.pop("run", None)
+    return recorded
 
 
-def record_arguments(model_args, data_args, recipe_args, training_args, is_demo: bool) -> None:
-    """Write `RUN_ARGUMENTS` in the output folder: what a resumed run takes from this one. Paths are absolute, so that
-    the run resumes from any folder."""
+def record_arguments(model_args, data_args, recipe_args, training_args, is_demo: bool, splits=None) -> None:
+    """Write `RUN_ARGUMENTS` in the output folder: what a resumed run takes from this one, and under `run` what the
+    model card reports of it (`run_facts`). Paths are absolute, so that the run resumes from any folder."""
     values = {}
     for name in FIXED_ON_RESUME + KEPT_ON_RESUME:
         args = next(a for a in (model_args, data_args, recipe_args, training_args) if hasattr(a, name))
@@ -336,8 +339,43 @@ def record_arguments(model_args, data_args, recipe_args, training_args, is_demo:
             value = str(Path(value).resolve())
         values[name] = getattr(value, "value", value)  # the Trainer's enums as their names
     path = Path(training_args.output_dir) / RUN_ARGUMENTS
+    before = json.loads(path.read_text(encoding="utf-8")).get("run", {}) if path.is_file() else {}
+    facts = run_facts(before, splits, training_args) if splits is not None else before
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(values, demo=is_demo), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(dict(values, demo=is_demo, run=facts), indent=2) + "\n", encoding="utf-8")
+
+
+def run_facts(before: dict, splits, training_args: Seq2SeqTrainingArguments) -> dict:
+    """What the model card reports of the run beyond its arguments: the pairs of each split and the hardware of each
+    session (`before`: what earlier sessions of a resumed run recorded)."""
+    hardware = [*before.get("hardware", [])]
+    if (this := describe_hardware(training_args)) not in hardware:
+        hardware.append(this)
+    return dict(before, pairs={name: len(split) for name, split in splits.items()}, hardware=hardware)
+
+
+def record_training_time(output_dir: str | os.PathLike, clock: TrainingClock, state) -> None:
+    """Add to `RUN_ARGUMENTS` the steps of the whole run and, where the clock saw all of it, its training time."""
+    path = Path(output_dir) / RUN_ARGUMENTS
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    facts = recorded.setdefault("run", {})
+    facts.update(steps=state.global_step, epochs=state.epoch, sessions=clock.sessions)
+    if clock.complete:
+        facts["training_seconds"] = round(clock.seconds, 1)
+    else:  # resumed from a checkpoint saved without the clock
+        facts.pop("training_seconds", None)
+    path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+
+
+def describe_hardware(training_args: Seq2SeqTrainingArguments) -> str:
+    """The hardware a process trains on, in words, e.g. "1 x NVIDIA H100 80GB HBM3" or "CPU, 2 cores"."""
+    device, processes = training_args.device, training_args.world_size
+    if device.type == "cuda":
+        return f"{processes} x {torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return f"CPU, {cores} cores" + (f", {processes} processes" if processes > 1 else "")
+    return f"{processes} x {device.type}"
 
 
 def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str) -> None:
@@ -619,7 +657,7 @@ def main(argv: list[str] | None = None):
         remove_old_run(training_args)
 
     if training_args.process_index == 0:
-        record_arguments(model_args, data_args, recipe_args, training_args, is_demo)
+        record_arguments(model_args, data_args, recipe_args, training_args, is_demo, splits)
 
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer, training_args.resume_from_checkpoint)
@@ -633,8 +671,12 @@ def main(argv: list[str] | None = None):
     tokenized = tokenize_splits(splits, tokenizer, data_args, training_args)
     train_dataset = training_dataset(tokenized["train"], tokenizer, data_args, training_args.seed)
     eval_dataset = validation_dataset(tokenized, data_args.max_eval_samples)
-    trainer = build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups)
+    clock = TrainingClock(training_args.resume_from_checkpoint)
+    trainer = build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset,
+                            [*(callbacks or []), clock], speedups)
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if trainer.is_world_process_zero():
+        record_training_time(training_args.output_dir, clock, trainer.state)
     averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     save_run(trainer, result)
 
@@ -683,10 +725,14 @@ def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
     when = when or f"every {training_args.eval_steps:g} steps"
     what = "loss"
     if training_args.predict_with_generate:
-        decoding = test_decoding(training_args) or (
-            f"greedy, at most source length + {VALIDATION_DECODING['max_length_over_source']} tokens")
-        what = f"loss, BLEU and chrF ({decoding})"
+        what = f"loss, BLEU and chrF ({validation_decoding(training_args)})"
     return f"validation: {what} {when}"
+
+
+def validation_decoding(training_args: Seq2SeqTrainingArguments) -> str:
+    """The decoding of validation BLEU, in words."""
+    return test_decoding(training_args) or (
+        f"greedy, at most source length + {VALIDATION_DECODING['max_length_over_source']} tokens")
 
 
 def test_decoding(training_args: Seq2SeqTrainingArguments) -> str | None:
@@ -795,6 +841,11 @@ def save_run(trainer, result) -> None:
 def report_validation_results(trainer) -> None:
     """Without a test split to translate: the validation loss (and BLEU and chrF with --predict-with-generate)."""
     metrics = trainer.evaluate(metric_key_prefix="eval")
+    if "eval_bleu" in metrics:  # what the model card reports with the scores
+        signatures = score_translations(["."], ["."])  # sacreBLEU's signature depends on its settings only
+        metrics.update(eval_bleu_signature=signatures["bleu_signature"],
+                       eval_chrf_signature=signatures["chrf_signature"])
+        metrics["eval_decoding"] = validation_decoding(trainer.args)
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 
@@ -911,6 +962,10 @@ def write_card(output_dir: str | os.PathLike, results: dict) -> None:
     """The output folder's model card, from the saved model and the test `results`, which card_results.json keeps for
     `vanilla-transformer model-card` and `push`."""
     output_dir = Path(output_dir)
+    # The data and languages as the run recorded them (run_arguments.json); the demo's own description wins.
+    run = recorded_run(output_dir)
+    results = {**{name: run[name] for name in ("training_data", "datasets", "source_lang", "target_lang")
+                  if name in run}, **results}
     (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     write_model_card(output_dir, output_dir / "README.md", results)
 

@@ -13,11 +13,13 @@ The `train` command's speed-ups for CPU training live apart, in `cpu_training.py
 """
 
 import copy
+import json
 import logging
 import time
 from collections.abc import Sequence
 from functools import partial
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -292,6 +294,43 @@ class BPEDropoutDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, list[int]]:
         sources, targets = self.segmented(self.epoch)
         return {"input_ids": sources[index], "attention_mask": [1] * len(sources[index]), "labels": targets[index]}
+
+
+class TrainingClock(TrainerCallback):
+    """The wall-clock time of training across resumes: every checkpoint records the seconds of training (evaluations
+    included) and the sessions that led to it in `TRAINING_TIME_FILE`, and a run resumed from it starts its clock
+    there. After `train()`, `seconds` and `sessions` describe the whole run; the Trainer's `train_runtime` is this
+    session's only."""
+
+    TRAINING_TIME_FILE = "training_time.json"
+
+    def __init__(self, resume_from_checkpoint: str | None = None):
+        recorded = {}
+        if resume_from_checkpoint and (path := Path(resume_from_checkpoint) / self.TRAINING_TIME_FILE).is_file():
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        # A checkpoint saved without the clock (an earlier release) leaves the time before it unknown.
+        self.complete = not resume_from_checkpoint or bool(recorded)
+        self.before = float(recorded.get("seconds", 0.0))
+        self.sessions = int(recorded.get("sessions", 1 if resume_from_checkpoint else 0)) + 1
+        self.start = None
+        self.seconds = self.before
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def _measure(self) -> float:
+        if self.start is not None:
+            self.seconds = self.before + time.perf_counter() - self.start
+        return self.seconds
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir() and self.complete:
+            record = dict(seconds=self._measure(), sessions=self.sessions)
+            (folder / self.TRAINING_TIME_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._measure()
 
 
 class TrainingTimeBudget(TrainerCallback):
