@@ -541,6 +541,29 @@ def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
     assert not trains_on_gpu(["--use_cpu", "false"], use_cpu=False)
 
 
+def test_command_logs_the_model_in_one_short_line_and_no_pin_memory_warning_on_a_cpu(
+        corpus, tokenizer_dir, tmp_path, caplog):
+    """The model's sizes, parameters and vocabulary in one line, not the whole config; on a machine without an
+    accelerator no loader pins memory, so evaluations do not warn."""
+    import logging
+    import warnings
+
+    from vanilla_transformer.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("pinned memory applies where CUDA is")
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "2", "--save_strategy",
+                           "no", "--validation_file", str(tmp_path / "pairs.tsv"), "--max_eval_samples", "4",
+                           "--eval_strategy", "steps", "--eval_steps", "1", "--generation_max_length", "4"))
+    (line,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("model: ")]
+    assert line.startswith("model: N=2, d_model=32, h=4, d_ff=64, P_drop=0.1, ") and line.endswith(
+        f"parameters, vocabulary {len(AutoTokenizer.from_pretrained(tokenizer_dir)):,}")
+    assert len(line) < 120
+    assert not [warning for warning in caught if "pin_memory" in str(warning.message)]
+
+
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
     from vanilla_transformer.train import load_data, parse_arguments
 

@@ -251,6 +251,9 @@ def parse_arguments(argv: list[str] | None = None):
         parser.error("--output-dir is required when training on your own data.")
     if trains_on_gpu(argv, parser.get_default("use_cpu")):
         parser.set_defaults(**GPU_DEFAULTS)
+    elif not torch.cuda.is_available():
+        # Pinned memory speeds copies to a GPU only; without an accelerator torch warns at every evaluation's loader.
+        parser.set_defaults(dataloader_pin_memory=False)
     if checkpoint:  # the checkpoint's config.json is the model: a size flag is only what is given
         resumed = {**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent), **recorded}
         parser.set_defaults(**resumed)
@@ -638,6 +641,30 @@ def new_model_config(model_args: ModelArguments, data_args: DataArguments, token
     )
 
 
+def describe_model(model) -> str:
+    """The model in one short line for the log: sizes in the paper's symbols, parameters, vocabulary, and what is not
+    the paper's default (config.json holds the rest)."""
+    config = model.config
+
+    def pair(encoder, decoder):
+        return f"{encoder}" if encoder == decoder else f"{encoder}/{decoder}"
+
+    words = [
+        f"N={pair(config.encoder_layers, config.decoder_layers)}",
+        f"d_model={config.d_model}",
+        f"h={pair(config.encoder_attention_heads, config.decoder_attention_heads)}",
+        f"d_ff={pair(config.encoder_ffn_dim, config.decoder_ffn_dim)}",
+        f"P_drop={config.dropout:g}",
+        f"{model.num_parameters():,} parameters",
+        f"vocabulary {config.vocab_size:,}",
+    ]
+    if config.normalize_before:
+        words.append("pre-LN")
+    if config.position_embedding_type != "sinusoidal":
+        words.append(f"{config.position_embedding_type} positions")
+    return ", ".join(words)
+
+
 def check_new_model(model_args: ModelArguments, data_args: DataArguments) -> None:
     """A `UserError` for a preset, size or attention kernel the model refuses: the model is built on the meta device
     (no memory, no weights), so that its own checks run before anything is written."""
@@ -666,7 +693,7 @@ def main(argv: list[str] | None = None):
         training_args.learning_rate = paper_learning_rate(
             model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
         )
-    logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
+    logger.info("model: %s", describe_model(model))
 
     tokenized = tokenize_splits(splits, tokenizer, data_args, training_args)
     train_dataset = training_dataset(tokenized["train"], tokenizer, data_args, training_args.seed)
