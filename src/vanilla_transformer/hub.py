@@ -576,8 +576,9 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
         if run.get("training_seconds"):  # the whole run; the Trainer's train_runtime is its last session's only
             resumed = f", {sessions} sessions (resumed)" if sessions > 1 else ""
             rows.append(("training time", f"{_duration(run['training_seconds'])}{resumed}"))
-        elif final:
-            rows.append(("training time", _duration(final["train_runtime"])))
+        elif final:  # a run resumed from a checkpoint saved before the clock counted only its last session
+            last = " (its last session: the time before it was resumed was not recorded)" if sessions > 1 else ""
+            rows.append(("training time", f"{_duration(final['train_runtime'])}{last}"))
         if final:
             smoothed = " (label-smoothed)" if args.get("label_smoothing_factor") else ""
             over = "the run" if sessions == 1 else "its last session"

@@ -364,7 +364,7 @@ def record_training_time(output_dir: str | os.PathLike, clock: TrainingClock, st
     facts = recorded.setdefault("run", {})
     facts.update(steps=state.global_step, epochs=state.epoch, sessions=clock.sessions)
     if clock.complete:
-        facts["training_seconds"] = round(clock.seconds, 1)
+        facts["training_seconds"] = clock.seconds
     else:  # resumed from a checkpoint saved without the clock
         facts.pop("training_seconds", None)
     path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
@@ -711,7 +711,7 @@ def main(argv: list[str] | None = None):
         metrics, hypotheses = report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged, is_demo)
         if trainer.is_world_process_zero():
             results = card_results(metrics, splits, hypotheses, data_args, averaged, is_demo,
-                                   decoding=test_decoding(trainer.args))
+                                   decoding=decoding_flags(trainer.args))
             write_card(training_args.output_dir, results)
     elif eval_dataset is not None:
         report_validation_results(trainer)
@@ -758,11 +758,11 @@ def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
 
 def validation_decoding(training_args: Seq2SeqTrainingArguments) -> str:
     """The decoding of validation BLEU, in words."""
-    return test_decoding(training_args) or (
+    return decoding_flags(training_args) or (
         f"greedy, at most source length + {VALIDATION_DECODING['max_length_over_source']} tokens")
 
 
-def test_decoding(training_args: Seq2SeqTrainingArguments) -> str | None:
+def decoding_flags(training_args: Seq2SeqTrainingArguments) -> str | None:
     """The decoding that `--generation-num-beams` / `--generation-max-length` set for validation and test, in words;
     None when neither is given (validation: `VALIDATION_DECODING`, test: the model's generation config)."""
     beams, length = training_args.generation_num_beams, training_args.generation_max_length
@@ -820,8 +820,7 @@ def validation_dataset(tokenized: dict, max_eval_samples: int | None):
 def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups=()):
     """The Trainer of the paper's recipe: token batches (section 5.1) and, with --predict-with-generate, validation
     BLEU from generate() (`VALIDATION_DECODING` unless flags set the decoding); without it validation reports its loss
-    only. With CPU `speedups`, the Trainer that applies
-    them inside its steps (cpu_training.py)."""
+    only. With CPU `speedups`, the Trainer that applies them inside its steps (cpu_training.py)."""
     trainer_class, options = TokenBatchSeq2SeqTrainer, {}
     multiple = data_args.pad_to_multiple_of if data_args.pad_to_multiple_of > 1 else None
     if speedups:
