@@ -9,6 +9,8 @@ import pytest
 import torch
 from conftest import make_tiny_config
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.generation_vanilla_transformer import (
@@ -47,6 +49,31 @@ def test_saved_generation_config_is_the_papers_decoding(tiny_model, tmp_path):
     assert (loaded.num_beams, loaded.length_penalty, loaded.early_stopping) == (4, 0.6, "never")
     assert (loaded.length_penalty_type, loaded.max_length_over_source) == ("gnmt", 50)
     assert loaded.max_length is None and loaded.max_new_tokens is None
+
+
+def generate_warnings(model, **kwargs) -> tuple[torch.Tensor, str]:
+    """`model.generate(**kwargs)` and what transformers' generation module logged meanwhile."""
+    generation_logger = logging.get_logger("transformers.generation.utils")
+    with CaptureLogger(generation_logger) as captured:
+        out = model.generate(**kwargs)
+    return out, captured.out
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_stored_max_length_neither_warns_nor_changes_what_decides_the_length(tiny_model, batch, num_beams):
+    """Folders saved by `train` runs before the trainer kept the generation config carry transformers' default
+    `max_length` 20: the source + 50 limit, or the call's `max_new_tokens`, still decides, and transformers says
+    nothing about two lengths."""
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
+                  logits_processor=LogitsProcessorList([DiscourageEOS()]))
+    clean = [generate_warnings(tiny_model, **inputs, **length) for length in ({}, dict(max_new_tokens=30))]
+    tiny_model.generation_config.max_length = 20
+    stored = [generate_warnings(tiny_model, **inputs, **length) for length in ({}, dict(max_new_tokens=30))]
+    for (clean_out, clean_logged), (stored_out, stored_logged) in zip(clean, stored):
+        assert "max_length" not in clean_logged + stored_logged
+        assert torch.equal(stored_out, clean_out)
+    assert generated_lengths(stored[0][0]).tolist() == (batch["attention_mask"].sum(1) + 50).tolist()
+    assert stored[1][0].shape[1] == 1 + 30
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])

@@ -2,6 +2,7 @@
 network), and loading a saved folder where the package is not installed."""
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -626,6 +627,15 @@ WITHOUT_PACKAGE = textwrap.dedent(
         }
     except Exception as error:
         output["pipeline_error"] = f"{type(error).__name__}: {error}"
+    # Fine-tuning with transformers alone: the remote code under a plain Seq2SeqTrainer.
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    pairs = [dict(tokenizer(source, text_target=source)) for source in sources]
+    args = Seq2SeqTrainingArguments(output_dir="fine-tuned", max_steps=2, per_device_train_batch_size=2,
+                                    report_to=[], save_strategy="no", disable_tqdm=True, use_cpu=True)
+    trainer = Seq2SeqTrainer(model=model.train(), args=args, train_dataset=pairs,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
+    output["fine_tuning_loss"] = trainer.train().training_loss
     print(json.dumps(output))
     """
 )
@@ -666,6 +676,12 @@ def test_translation_pipeline_without_the_package(saved_model, without_package):
     [ids] = model.generate(**tokenizer(SOURCES[:1], return_tensors="pt"))
     expected = [{"translation_text": tokenizer.decode(ids, skip_special_tokens=True)}]
     assert without_package["translations"] == {"translation": expected, "translation_en_to_fr": expected}
+
+
+@pytest.mark.slow
+def test_fine_tunes_with_a_plain_seq2seq_trainer_without_the_package(without_package):
+    """docs/training.md: without `import vanilla_transformer`, `trust_remote_code=True` is all fine-tuning needs."""
+    assert math.isfinite(without_package["fine_tuning_loss"])
 
 
 @pytest.mark.slow  # a fresh process

@@ -115,3 +115,21 @@ print(translator({SENTENCES[0]!r})[0]["translation_text"])
 def test_a_pair_no_loaded_config_names_is_an_unknown_task(model_dir_without_pair):
     with pytest.raises(KeyError, match="Unknown task translation_xx_to_yy"):
         pipeline("translation_xx_to_yy", model=str(model_dir_without_pair))
+
+
+def test_a_task_naming_another_pair_names_the_pair_the_model_translates(model_dir, tmp_path):
+    """An en -> de model asked for `translation_en_to_fr`: one line naming its pair, whether or not another model's
+    config registered the task asked for."""
+    with pytest.raises(KeyError) as unknown:
+        pipeline("translation_en_to_fr", model=str(model_dir))
+    expected = ('Task translation_en_to_fr asks for en -> fr, but the model translates en -> de: use '
+                'pipeline("translation") or pipeline("translation_en_to_de")')
+    assert unknown.value.args == (expected,)
+    french = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    french.config.target_lang = "fr"
+    french.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(tmp_path)
+    assert pipeline("translation_en_to_fr", model=str(tmp_path))  # registers translation_en_to_fr
+    with pytest.raises(ValueError) as registered:
+        pipeline("translation_en_to_fr", model=str(model_dir))
+    assert registered.value.args == (expected,)

@@ -24,6 +24,7 @@ from vanilla_transformer.training import (
     paper_learning_rate,
     paper_training_arguments,
     tokenize_pairs,
+    translation_metrics,
 )
 
 
@@ -246,6 +247,32 @@ def test_fine_tuning_a_saved_model_with_a_plain_seq2seq_trainer(tokenizer, token
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(reloaded.state_dict()[name], tensor.cpu(), msg=name)
     assert AutoTokenizer.from_pretrained(tmp_path / "finetuned").get_vocab() == user_tokenizer.get_vocab()
+
+
+def test_predicting_leaves_the_generation_config_to_save_without_a_max_length(tokenizer, tokenized, tmp_path):
+    """Seq2SeqTrainer fills the model's generation config with transformers' defaults when it predicts; saved, their
+    `max_length` 20 made transformers warn at every `generate(max_new_tokens=...)` and pipeline call."""
+    from transformers import pipeline
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
+
+    model = small_model(tokenizer)
+    args = paper_training_arguments(str(tmp_path), d_model=64, report_to=[], disable_tqdm=True,
+                                    generation_num_beams=1, generation_max_length=8, per_device_eval_batch_size=16)
+    trainer = TokenBatchSeq2SeqTrainer(model=model, args=args, processing_class=tokenizer,
+                                       data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
+    before = model.generation_config.to_diff_dict()
+    trainer.predict(tokenized["validation"].select(range(4)))
+    assert model.generation_config.to_diff_dict() == before
+    trainer.save_model()
+    saved = json.loads((tmp_path / "generation_config.json").read_text())
+    assert not {"max_length", "min_length"} & set(saved)
+    assert saved["num_beams"] == 4 and saved["max_length_over_source"] == 50
+    translator = pipeline("translation", model=str(tmp_path))
+    with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
+        translator(["one", "two"], max_new_tokens=3)
+        translator.model.generate(**tokenizer(["one"], return_tensors="pt"), max_new_tokens=3)
+    assert "max_length" not in captured.out
 
 
 # --- The command line: resume, DDP -------------------------------------------------------------------------------
@@ -532,6 +559,41 @@ def test_one_train_command_per_output_folder_until_the_holder_dies(corpus, token
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 1
 
 
+def test_the_card_of_a_resumed_run_reports_its_data_languages_whole_training_time_and_hardware(
+        corpus, tokenizer_dir, tmp_path):
+    """run_arguments.json records the data (file names with their pairs), the hardware and, across resumes, the steps
+    and training time; `model-card` on the folder reports them without a results file or TensorBoard logs."""
+    from vanilla_transformer.cli import main
+    from vanilla_transformer.hub import model_card
+
+    run = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "2", "--save_steps", "2"))
+    first = json.loads((run / "run_arguments.json").read_text())["run"]
+    assert first["pairs"] == {"train": 600} and first["steps"] == 2 and first["sessions"] == 1
+    assert first["hardware"] == [training_hardware()]
+    first_seconds = first["training_seconds"]
+    assert json.loads((run / "checkpoint-2" / "training_time.json").read_text())["seconds"] <= first_seconds
+    main(["train", "--resume_from_checkpoint", str(run / "checkpoint-2"), "--max_steps", "4", "--save_steps", "2",
+          "--disable_tqdm", "true"])
+    recorded = json.loads((run / "run_arguments.json").read_text())
+    assert recorded["max_steps"] == 4 and recorded["run"]["steps"] == 4 and recorded["run"]["sessions"] == 2
+    session = json.loads((run / "train_results.json").read_text())["train_runtime"]
+    assert recorded["run"]["training_seconds"] > first_seconds > 0 and session < recorded["run"]["training_seconds"]
+    card = model_card(run).text
+    assert "Data: Training `pairs.tsv` (600 sentence pairs), en -> fr." in card
+    assert "not recorded" not in card
+    seconds = recorded["run"]["training_seconds"]
+    duration = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    assert f"| training time | {duration}, 2 sessions (resumed) |" in card
+    assert f"| hardware | {training_hardware()} |" in card
+    assert "| steps | 4 (" in card and "| optimizer (5.3) | Adam, beta1 0.9, beta2 0.98, eps 1e-09" in card
+
+
+def training_hardware() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"CPU, {cores} cores"
+
+
 def test_a_resumed_run_refuses_flags_that_contradict_the_run_and_its_checkpoint(corpus, tokenizer_dir, tmp_path,
                                                                               capsys):
     from vanilla_transformer.cli import main
@@ -724,6 +786,29 @@ def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
     assert not trains_on_gpu(["--use_cpu", "false"], use_cpu=False)
 
 
+def test_command_logs_the_model_in_one_short_line_and_no_pin_memory_warning_on_a_cpu(
+        corpus, tokenizer_dir, tmp_path, caplog):
+    """The model's sizes, parameters and vocabulary in one line, not the whole config; on a machine without an
+    accelerator no loader pins memory, so evaluations do not warn."""
+    import logging
+    import warnings
+
+    from vanilla_transformer.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("pinned memory applies where CUDA is")
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "2", "--save_strategy",
+                           "no", "--validation_file", str(tmp_path / "pairs.tsv"), "--max_eval_samples", "4",
+                           "--eval_strategy", "steps", "--eval_steps", "1", "--generation_max_length", "4"))
+    (line,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("model: ")]
+    assert line.startswith("model: N=2, d_model=32, h=4, d_ff=64, P_drop=0.1, ") and line.endswith(
+        f"parameters, vocabulary {len(AutoTokenizer.from_pretrained(tokenizer_dir)):,}")
+    assert len(line) < 120
+    assert not [warning for warning in caught if "pin_memory" in str(warning.message)]
+
+
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
     from vanilla_transformer.train import load_data, parse_arguments
 
@@ -758,9 +843,34 @@ def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_gener
     (validation,) = [entry for entry in history if "eval_loss" in entry]
     assert validation["step"] == 2 and math.isfinite(validation["eval_loss"])
     assert ("eval_bleu" in validation) == with_generate
-    # The test split is translated (beam search) only when generate() is on; without it the run ends on a
-    # validation loss instead of a crash on logits where token ids were expected.
-    assert (out / "test_results.json").exists() == with_generate
+    # Test files are translated and scored either way: --predict-with-generate is about validation.
+    assert json.loads((out / "test_results.json").read_text())["test_bleu"] >= 0
+    assert (out / "card_results.json").exists() and (out / "README.md").exists()
+
+
+def test_validation_decodes_greedily_and_the_test_with_the_models_generation_config(tokenizer, tokenized, tmp_path):
+    """By default of the command: validation BLEU greedy and at most source + 20 tokens (VALIDATION_DECODING), the test
+    set with section 6.1's beam 4 up to source + 50 (the model's generation config)."""
+    from vanilla_transformer.training import VALIDATION_DECODING
+
+    model = small_model(tokenizer)
+    calls = []
+    generate = model.generate
+    model.generate = lambda *args, **kwargs: calls.append(kwargs) or generate(*args, **kwargs)
+    args = paper_training_arguments(str(tmp_path), d_model=64, report_to=[], disable_tqdm=True,
+                                    per_device_eval_batch_size=16)
+    trainer = TokenBatchSeq2SeqTrainer(model=model, args=args, processing_class=tokenizer,
+                                       data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                                       compute_metrics=translation_metrics(tokenizer),
+                                       validation_decoding=VALIDATION_DECODING)
+    pairs = tokenized["validation"].select(range(2))
+    trainer.evaluate(pairs)
+    assert calls[-1]["num_beams"] == 1 and calls[-1]["max_length_over_source"] == 20
+    trainer.predict(pairs)
+    assert "num_beams" not in calls[-1] and "max_length_over_source" not in calls[-1]  # the generation config's
+    trainer.args.generation_num_beams = 2  # --generation-num-beams sets both
+    trainer.evaluate(pairs)
+    assert calls[-1]["num_beams"] == 2 and calls[-1]["max_length_over_source"] == 20
 
 
 def test_command_reports_test_results_and_writes_a_model_card(corpus, tokenizer_dir, tmp_path):

@@ -211,6 +211,10 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             eos_token_id = eos_token_id[0] if isinstance(eos_token_id, Sequence) else eos_token_id
             processors.append(MaxLengthOverSourceLogitsProcessor(max_lengths, eos_token_id))
             kwargs.update(max_new_tokens=int(max_lengths.max()), max_length=None)
+        elif kwargs.get("max_new_tokens") is not None and "max_length" not in kwargs and generation_config is None:
+            # The call's max_new_tokens wins over a max_length in the model's generation config (transformers' default
+            # 20, which folders saved by earlier `train` runs carry); transformers would warn at every call.
+            kwargs["max_length"] = None
 
         token = _gnmt_length_penalty.set(settings["length_penalty_type"] == "gnmt")
         try:

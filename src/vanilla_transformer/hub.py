@@ -99,16 +99,20 @@ def model_card(
     model_dir = Path(model_dir)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
     facts = read_card_facts(results, run_dir)
+    run = recorded_run(run_dir)
     config = VanillaTransformerConfig.from_pretrained(model_dir)
-    source_lang = facts.get("source_lang") or getattr(config, "source_lang", None)
-    target_lang = facts.get("target_lang") or getattr(config, "target_lang", None)
+    source_lang = facts.get("source_lang") or getattr(config, "source_lang", None) or run.get("source_lang")
+    target_lang = facts.get("target_lang") or getattr(config, "target_lang", None) or run.get("target_lang")
     model_name = (repo_id or model_dir.resolve().name).split("/")[-1]
-    evaluations = [_evaluation(entry, source_lang, target_lang) for entry in facts["results"]]
-    training_args = _logged_training_arguments(run_dir)
+    evaluations = [_evaluation(entry, source_lang, target_lang, run.get("split_data") or {})
+                   for entry in facts["results"]]
+    # The arguments the Trainer logged to TensorBoard, else those the `train` command recorded.
+    training_args = {**_recorded_training_arguments(run, config), **_logged_training_arguments(run_dir)}
     trainer_state = _read_json(run_dir / "trainer_state.json")
     samples = [_sample(sample) for sample in facts.get("samples") or []]
     figures = [dict(name=path.name, caption=caption) for path, caption in _figures(facts, run_dir)]
-    datasets = facts.get("datasets") or sorted({e["dataset_id"] for e in evaluations if e["dataset_id"]}) or None
+    datasets = (facts.get("datasets") or run.get("datasets")
+                or sorted({e["dataset_id"] for e in evaluations if e["dataset_id"]}) or None)
 
     return ModelCard.from_template(
         _card_data(model_name, (source_lang, target_lang), license, datasets, evaluations),
@@ -121,8 +125,8 @@ def model_card(
         position_embedding_type=config.position_embedding_type,
         code_files=sorted(path.name for path in model_dir.glob("*.py")),
         decoding=_decoding(model_dir),
-        recipe=_recipe_rows(config, training_args, trainer_state, facts.get("training") or {}),
-        training_data=facts.get("training_data"),
+        recipe=_recipe_rows(config, training_args, trainer_state, facts.get("training") or {}, run),
+        training_data=facts.get("training_data") or run.get("training_data"),
         datasets=datasets,
         evaluations=evaluations,
         unnamed_data=any(evaluation["dataset"] is None for evaluation in evaluations),
@@ -336,8 +340,9 @@ def _json_type(value) -> str:
     )
 
 
-def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -> dict:
-    """One evaluation's scores, dataset and sacreBLEU signatures, with its `EvalResult`s for the model-index."""
+def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None, split_data: dict | None = None) -> dict:
+    """One evaluation's scores, dataset and sacreBLEU signatures, with its `EvalResult`s for the model-index.
+    `split_data`: the data of each split where the entry names none (a Trainer's metrics; `recorded_run`)."""
     prefix = "" if "bleu" in entry else next((p for p in _TRAINER_SPLITS if f"{p}bleu" in entry), "")
 
     def value(name):
@@ -346,7 +351,7 @@ def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -
     split = entry.get("split") or _TRAINER_SPLITS.get(prefix, "test")
     # No name is made up for unnamed data: the card says it is not named, and its model-index, which names the data
     # of every score it lists, leaves these scores out.
-    dataset = entry.get("dataset") or entry.get("dataset_id")
+    dataset = entry.get("dataset") or entry.get("dataset_id") or (split_data or {}).get(split)
     dataset_id = entry.get("dataset_id")
     scores = {"bleu": value("bleu"), "chrf": value("chrf"), "exact_match": value("exact_match")}
     languages = f" ({source_lang} -> {target_lang})" if source_lang and target_lang else ""
@@ -373,7 +378,7 @@ def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None) -
         bleu_signature=value("bleu_signature"),
         chrf_signature=value("chrf_signature"),
         num_sentences=entry.get("num_sentences"),
-        decoding=entry.get("decoding"),
+        decoding=value("decoding"),
         eval_results=eval_results,
     )
 
@@ -452,6 +457,69 @@ def _decoding(model_dir: Path) -> dict | None:
     )
 
 
+def recorded_run(run_dir: str | os.PathLike) -> dict:
+    """What `vanilla-transformer train` recorded of the run in `run_dir` (its `run_arguments.json`), as the card shows
+    it: `training_data` (the data in words: file names with their pairs, or the Hub dataset with its configuration
+    and split), `datasets` (Hub ids), `source_lang`, `target_lang`, `steps`, `training_seconds` and `sessions` (the
+    whole run, resumes included), `hardware`, and the recorded `arguments`. {} for a folder without the file; a fact
+    the run did not record is left out."""
+    recorded = _read_json(Path(run_dir) / "run_arguments.json")
+    if not isinstance(recorded, dict):
+        return {}
+    run = recorded.get("run") or {}
+    pairs = run.get("pairs") or {}
+    facts = {name: recorded[name] for name in ("source_lang", "target_lang") if recorded.get(name)}
+    facts["arguments"] = {name: value for name, value in recorded.items() if name not in ("run", "demo")}
+    facts.update({name: run[name] for name in ("steps", "training_seconds", "sessions", "hardware") if run.get(name)})
+
+    def described(split: str, files: list, dataset: str | None = None) -> str | None:
+        count = f"{pairs[split]:,} sentence pairs" if pairs.get(split) is not None else None
+        if dataset:
+            configuration = recorded.get("dataset_config_name")
+            where = f"the Hub dataset `{dataset}`" + (f", configuration `{configuration}`" if configuration else "")
+            return f"{where}, split `{split}`" + (f" ({count})" if count else "")
+        names = [Path(name).name for name in files if name]
+        if not names:
+            return None
+        return " and ".join(f"`{name}`" for name in names) + (f" ({count})" if count else "")
+
+    if recorded.get("demo"):
+        size = pairs.get("train") or recorded.get("demo_train_size")
+        train = (f"the number-words corpus the package generates ({size:,} training pairs of numbers below "
+                 f"10^{recorded.get('demo_max_digits', 6)})" if size else None)
+    elif recorded.get("dataset_name"):
+        train = described("train", [], recorded["dataset_name"])
+        facts["datasets"] = [recorded["dataset_name"]]
+    else:
+        train = described("train", [recorded.get("source_file"), recorded.get("target_file"),
+                                    recorded.get("train_file")])
+    facts["split_data"] = {  # each held-out split's data as card_results.json names it: the source file's name
+        split: Path(name).name for split in ("validation", "test")
+        if (name := recorded.get(f"{split}_source_file") or recorded.get(f"{split}_file"))
+    }
+    held_out = [
+        f"{split} {text}" for split in ("validation", "test")
+        if (text := described(split, [recorded.get(f"{split}_source_file"), recorded.get(f"{split}_target_file"),
+                                      recorded.get(f"{split}_file")]))
+    ]
+    if train:
+        languages = (f", {facts['source_lang']} -> {facts['target_lang']}"
+                     if facts.get("source_lang") and facts.get("target_lang") else "")
+        facts["training_data"] = f"training {train}{languages}" + "".join(f"; {text}" for text in held_out) + "."
+        facts["training_data"] = facts["training_data"][0].upper() + facts["training_data"][1:]
+    return facts
+
+
+def _recorded_training_arguments(run: dict, config) -> dict:
+    """The training arguments `train` recorded (`recorded_run`), with `--learning-rate 0` read as the command reads
+    it: the section 5.3 peak, `lr_scale * (d_model * warmup)^-0.5`."""
+    arguments = dict(run.get("arguments") or {})
+    if arguments.get("learning_rate") == 0 and arguments.get("warmup_steps"):
+        peak = (config.d_model * arguments["warmup_steps"]) ** -0.5
+        arguments["learning_rate"] = arguments.get("lr_scale", 1.0) * peak
+    return arguments
+
+
 def _logged_training_arguments(run_dir: Path) -> dict:
     """The `TrainingArguments` of the run as the Trainer's TensorBoard callback logs them (`args` text), or `{}`.
 
@@ -471,8 +539,17 @@ def _logged_training_arguments(run_dir: Path) -> dict:
     return arguments
 
 
-def _recipe_rows(config, training_args: dict, trainer_state: dict | None, training: dict) -> list[tuple[str, str]]:
-    """(what, value) rows of the training table, from the logged arguments, the Trainer state and `training`."""
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _recipe_rows(config, training_args: dict, trainer_state: dict | None, training: dict,
+                 run: dict | None = None) -> list[tuple[str, str]]:
+    """(what, value) rows of the training table, from the logged arguments, the Trainer state, `training` and what
+    the run recorded (`recorded_run`: the training time and hardware of the whole run, resumes included)."""
+    run = run or {}
     args = {**training_args, **training}
     rows = []
     if "adam_beta1" in args:
@@ -497,13 +574,21 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
     if trainer_state:
         rows.append(("steps", f"{trainer_state['global_step']:,} ({trainer_state['epoch']:.1f} epochs)"))
         final = next((entry for entry in reversed(trainer_state["log_history"]) if "train_runtime" in entry), None)
+        sessions = run.get("sessions", 1)
+        if run.get("training_seconds"):  # the whole run; the Trainer's train_runtime is its last session's only
+            resumed = f", {sessions} sessions (resumed)" if sessions > 1 else ""
+            rows.append(("training time", f"{_duration(run['training_seconds'])}{resumed}"))
+        elif final:  # a run resumed from a checkpoint saved before the clock counted only its last session
+            last = " (its last session: the time before it was resumed was not recorded)" if sessions > 1 else ""
+            rows.append(("training time", f"{_duration(final['train_runtime'])}{last}"))
         if final:
-            runtime = final["train_runtime"]
-            rows.append(("training time", f"{runtime / 60:.0f} min" if runtime >= 60 else f"{runtime:.0f} s"))
             smoothed = " (label-smoothed)" if args.get("label_smoothing_factor") else ""
-            rows.append(("training loss, mean over the run", f"{final['train_loss']:.3f}{smoothed}"))
+            over = "the run" if sessions == 1 else "its last session"
+            rows.append((f"training loss, mean over {over}", f"{final['train_loss']:.3f}{smoothed}"))
     elif "max_steps" in args and args["max_steps"] > 0:
         rows.append(("steps", f"{args['max_steps']:,}"))
+    if run.get("hardware"):
+        rows.append(("hardware", "; ".join(run["hardware"])))
     if "bf16" in args:
         # The Trainer's --bf16 / --fp16 are mixed precision: autocast products, float32 weights and optimizer.
         mixed = "bf16" if args["bf16"] else "fp16" if args.get("fp16") else None
@@ -537,6 +622,7 @@ __all__ = [
     "model_card",
     "push_to_hub",
     "read_card_facts",
+    "recorded_run",
     "write_model_card",
     "write_repository",
 ]

@@ -11,10 +11,6 @@ only transformers, as remote code must.
 import re
 
 from transformers import Pipeline
-from transformers.utils import logging
-
-
-logger = logging.get_logger(__name__)
 
 
 class Text2TextGenerationPipeline(Pipeline):
@@ -76,7 +72,7 @@ class Text2TextGenerationPipeline(Pipeline):
 class TranslationPipeline(Text2TextGenerationPipeline):
     """`pipeline("translation", model=DIR)` and `pipeline("translation_en_to_de", model=DIR)`: text in,
     `[{"translation_text": ...}]` out. The model translates in the direction it was trained for; a task naming another
-    pair than its config's `source_lang` / `target_lang` (one registered by another model's config) gets a warning."""
+    pair than its config's `source_lang` / `target_lang` is refused in one line that names the model's pair."""
 
     return_name = "translation"
 
@@ -85,10 +81,7 @@ class TranslationPipeline(Text2TextGenerationPipeline):
         asked = language_pair(self.task)
         trained = (getattr(self.model.config, "source_lang", None), getattr(self.model.config, "target_lang", None))
         if asked and all(trained) and asked != trained:
-            logger.warning(
-                f"Task {self.task} asks for {asked[0]} -> {asked[1]}, but the model translates {trained[0]} -> "
-                f"{trained[1]}: it will translate as it was trained."
-            )
+            raise ValueError(wrong_pair_message(self.task, trained))
 
 
 # The tasks, as `PIPELINE_REGISTRY` and config.json's `custom_pipelines` name them.
@@ -106,6 +99,38 @@ def language_pair(task: str | None) -> tuple[str, str] | None:
     return match.groups() if match else None
 
 
+def wrong_pair_message(task: str, trained: tuple[str | None, str | None] | None) -> str:
+    """One line for a `translation_xx_to_yy` task the model does not translate, naming the pair it does."""
+    if trained and all(trained):
+        (asked_source, asked_target), (source, target) = language_pair(task), trained
+        return (f"Task {task} asks for {asked_source} -> {asked_target}, but the model translates {source} -> "
+                f"{target}: use pipeline(\"translation\") or pipeline(\"{language_pair_task(source, target)}\")")
+    return (f"Unknown task {task}: the model's config names no language pair (source_lang, target_lang); "
+            "use pipeline(\"translation\"), which translates as the model was trained")
+
+
+# The language pair of the last vanilla-transformer config read (None: it named none). `pipeline(task, model=DIR)`
+# reads the model's config just before it looks the task up, so an unknown `translation_xx_to_yy` is most likely a
+# pair that model does not translate.
+_last_pair: tuple[str | None, str | None] | None = None
+
+
+def _check_task_naming_the_models_pair(check_task):
+    """`PIPELINE_REGISTRY.check_task`, whose `KeyError` for an unknown `translation_xx_to_yy` task names the pair the
+    model translates (transformers' own lists every task it knows)."""
+
+    def check(task: str):
+        try:
+            return check_task(task)
+        except KeyError:
+            if language_pair(task) is None:
+                raise
+            raise KeyError(wrong_pair_message(task, _last_pair)) from None
+
+    check.names_the_models_pair = True
+    return check
+
+
 def register_pipelines():
     """Make `pipeline("translation" | "text2text-generation")` available again in this process (done by
     `import vanilla_transformer`); `translation_xx_to_yy` follows with each config that names the pair."""
@@ -116,10 +141,16 @@ def register_pipelines():
         # registered for them, they must leave that list (docs/internals.md).
         REMOVED_TASKS.pop(task, None)
         register(task, pipeline_class)
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    if not getattr(PIPELINE_REGISTRY.check_task, "names_the_models_pair", False):
+        PIPELINE_REGISTRY.check_task = _check_task_naming_the_models_pair(PIPELINE_REGISTRY.check_task)
 
 
 def register_language_pair(source_lang: str | None, target_lang: str | None):
     """Register `translation_<source_lang>_to_<target_lang>` (nothing when either is None)."""
+    global _last_pair
+    _last_pair = (source_lang, target_lang)
     if task := language_pair_task(source_lang, target_lang):
         register(task, TranslationPipeline)
 

@@ -46,7 +46,7 @@ from .data import (
     default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
 )
 from .extras import require
-from .hub import write_model_card
+from .hub import recorded_run, write_model_card
 from .metrics import score_translations
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from . import number_words_report
@@ -55,10 +55,12 @@ from .run_lock import FolderInUseError, check_unlocked, run_lock
 from .tokenization import SMALLEST_VOCAB_SIZE, train_tokenizer
 from .training import (
     PAPER_RECIPE,
+    VALIDATION_DECODING,
     BPEDropoutDataset,
     Preempted,
     SaveOnSignal,
     TokenBatchSeq2SeqTrainer,
+    TrainingClock,
     TrainingTimeBudget,
     paper_learning_rate,
     tokenize_pairs,
@@ -185,7 +187,6 @@ class RecipeArguments:
 PAPER_DEFAULTS = dict(
     PAPER_RECIPE,
     learning_rate=0.0,
-    generation_num_beams=4,
     report_to=["tensorboard"],
     eval_strategy="no",
     save_strategy="steps",
@@ -267,6 +268,9 @@ def parse_arguments(argv: list[str] | None = None, continued: bool = False):
         parser.error("--output-dir is required when training on your own data.")
     if trains_on_gpu(argv, parser.get_default("use_cpu")):
         parser.set_defaults(**GPU_DEFAULTS)
+    elif not torch.cuda.is_available():
+        # Pinned memory speeds copies to a GPU only; without an accelerator torch warns at every evaluation's loader.
+        parser.set_defaults(dataloader_pin_memory=False)
     if checkpoint:  # the checkpoint's config.json is the model: a size flag is only what is given
         resumed = {**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent), **recorded}
         parser.set_defaults(**resumed)
@@ -413,18 +417,20 @@ def unfinished_run(output_dir: str | os.PathLike) -> bool:
 
 
 def recorded_arguments(checkpoint: str) -> dict:
-    """The arguments the run holding `checkpoint` recorded (`RUN_ARGUMENTS`, with `demo`), or {} for a run that
-    recorded none (then the checkpoint's config.json still decides the model)."""
+    """The arguments the run holding `checkpoint` recorded (`RUN_ARGUMENTS`, with `demo`, without the facts under
+    `run`), or {} for a run that recorded none (then the checkpoint's config.json still decides the model)."""
     path = Path(checkpoint).parent / RUN_ARGUMENTS
     if not path.is_file():
         return {}
     with user_errors(ValueError, OSError, path=path):
-        return json.loads(path.read_text(encoding="utf-8"))
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    recorded.pop("run", None)
+    return recorded
 
 
-def record_arguments(model_args, data_args, recipe_args, training_args, is_demo: bool) -> None:
-    """Write `RUN_ARGUMENTS` in the output folder: what a resumed run takes from this one. Paths are absolute, so that
-    the run resumes from any folder."""
+def record_arguments(model_args, data_args, recipe_args, training_args, is_demo: bool, splits=None) -> None:
+    """Write `RUN_ARGUMENTS` in the output folder: what a resumed run takes from this one, and under `run` what the
+    model card reports of it (`run_facts`). Paths are absolute, so that the run resumes from any folder."""
     values = {}
     for name in FIXED_ON_RESUME + KEPT_ON_RESUME:
         args = next(a for a in (model_args, data_args, recipe_args, training_args) if hasattr(a, name))
@@ -433,8 +439,43 @@ def record_arguments(model_args, data_args, recipe_args, training_args, is_demo:
             value = str(Path(value).resolve())
         values[name] = getattr(value, "value", value)  # the Trainer's enums as their names
     path = Path(training_args.output_dir) / RUN_ARGUMENTS
+    before = json.loads(path.read_text(encoding="utf-8")).get("run", {}) if path.is_file() else {}
+    facts = run_facts(before, splits, training_args) if splits is not None else before
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(values, demo=is_demo), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(dict(values, demo=is_demo, run=facts), indent=2) + "\n", encoding="utf-8")
+
+
+def run_facts(before: dict, splits, training_args: Seq2SeqTrainingArguments) -> dict:
+    """What the model card reports of the run beyond its arguments: the pairs of each split and the hardware of each
+    session (`before`: what earlier sessions of a resumed run recorded)."""
+    hardware = [*before.get("hardware", [])]
+    if (this := describe_hardware(training_args)) not in hardware:
+        hardware.append(this)
+    return dict(before, pairs={name: len(split) for name, split in splits.items()}, hardware=hardware)
+
+
+def record_training_time(output_dir: str | os.PathLike, clock: TrainingClock, state) -> None:
+    """Add to `RUN_ARGUMENTS` the steps of the whole run and, where the clock saw all of it, its training time."""
+    path = Path(output_dir) / RUN_ARGUMENTS
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    facts = recorded.setdefault("run", {})
+    facts.update(steps=state.global_step, epochs=state.epoch, sessions=clock.sessions)
+    if clock.complete:
+        facts["training_seconds"] = clock.seconds
+    else:  # resumed from a checkpoint saved without the clock
+        facts.pop("training_seconds", None)
+    path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+
+
+def describe_hardware(training_args: Seq2SeqTrainingArguments) -> str:
+    """The hardware a process trains on, in words, e.g. "1 x NVIDIA H100 80GB HBM3" or "CPU, 2 cores"."""
+    device, processes = training_args.device, training_args.world_size
+    if device.type == "cuda":
+        return f"{processes} x {torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return f"CPU, {cores} cores" + (f", {processes} processes" if processes > 1 else "")
+    return f"{processes} x {device.type}"
 
 
 def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: str, continued: bool = False) -> None:
@@ -748,6 +789,30 @@ def new_model_config(model_args: ModelArguments, data_args: DataArguments, token
     )
 
 
+def describe_model(model) -> str:
+    """The model in one short line for the log: sizes in the paper's symbols, parameters, vocabulary, and what is not
+    the paper's default (config.json holds the rest)."""
+    config = model.config
+
+    def pair(encoder, decoder):
+        return f"{encoder}" if encoder == decoder else f"{encoder}/{decoder}"
+
+    words = [
+        f"N={pair(config.encoder_layers, config.decoder_layers)}",
+        f"d_model={config.d_model}",
+        f"h={pair(config.encoder_attention_heads, config.decoder_attention_heads)}",
+        f"d_ff={pair(config.encoder_ffn_dim, config.decoder_ffn_dim)}",
+        f"P_drop={config.dropout:g}",
+        f"{model.num_parameters():,} parameters",
+        f"vocabulary {config.vocab_size:,}",
+    ]
+    if config.normalize_before:
+        words.append("pre-LN")
+    if config.position_embedding_type != "sinusoidal":
+        words.append(f"{config.position_embedding_type} positions")
+    return ", ".join(words)
+
+
 def check_new_model(model_args: ModelArguments, data_args: DataArguments) -> None:
     """A `UserError` for a preset, size or attention kernel the model refuses: the model is built on the meta device
     (no memory, no weights), so that its own checks run before anything is written."""
@@ -791,7 +856,7 @@ def train(model_args, data_args, recipe_args, training_args, is_demo: bool, pree
 
     if training_args.process_index == 0:
         remove_incomplete_checkpoints(training_args.output_dir)
-        record_arguments(model_args, data_args, recipe_args, training_args, is_demo)
+        record_arguments(model_args, data_args, recipe_args, training_args, is_demo, splits)
 
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer, training_args.resume_from_checkpoint)
@@ -800,13 +865,17 @@ def train(model_args, data_args, recipe_args, training_args, is_demo: bool, pree
         training_args.learning_rate = paper_learning_rate(
             model.config.d_model, training_args.warmup_steps, recipe_args.lr_scale
         )
-    logger.info("model: %s parameters, %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
+    logger.info("model: %s", describe_model(model))
 
     tokenized = tokenize_splits(splits, tokenizer, data_args, training_args)
     train_dataset = training_dataset(tokenized["train"], tokenizer, data_args, training_args.seed)
     eval_dataset = validation_dataset(tokenized, data_args.max_eval_samples)
-    trainer = build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups)
+    clock = TrainingClock(training_args.resume_from_checkpoint)
+    trainer = build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset,
+                            [*(callbacks or []), clock], speedups)
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if trainer.is_world_process_zero():
+        record_training_time(training_args.output_dir, clock, trainer.state)
     if preemption.stopped:
         number, step = preemption.stopped
         raise Preempted(f"stopped by {signal.Signals(number).name} at step {step:,}, with a checkpoint: "
@@ -815,10 +884,11 @@ def train(model_args, data_args, recipe_args, training_args, is_demo: bool, pree
     averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     save_run(trainer, result)
 
-    if "test" in tokenized and training_args.predict_with_generate:
+    if "test" in tokenized:
         metrics, hypotheses = report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged, is_demo)
         if trainer.is_world_process_zero():
-            results = card_results(metrics, splits, hypotheses, data_args, averaged, is_demo)
+            results = card_results(metrics, splits, hypotheses, data_args, averaged, is_demo,
+                                   decoding=decoding_flags(trainer.args))
             write_card(training_args.output_dir, results)
     elif eval_dataset is not None:
         report_validation_results(trainer)
@@ -847,7 +917,7 @@ def check_and_load(model_args, data_args, recipe_args, training_args, is_demo: b
     # Checked now rather than at the first log, or at the model card written after training.
     if "tensorboard" in training_args.report_to:
         require("tensorboard", extra="train")
-    if "test" in splits and training_args.predict_with_generate:
+    if "test" in splits:  # for the model card
         require("jinja2", extra="train")
     return splits, callbacks
 
@@ -857,8 +927,24 @@ def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
     strategy = training_args.eval_strategy.value
     when = dict(epoch="at the end of every epoch", no="never (--eval-strategy no)").get(strategy)
     when = when or f"every {training_args.eval_steps:g} steps"
-    what = "loss, BLEU and chrF" if training_args.predict_with_generate else "loss"
+    what = "loss"
+    if training_args.predict_with_generate:
+        what = f"loss, BLEU and chrF ({validation_decoding(training_args)})"
     return f"validation: {what} {when}"
+
+
+def validation_decoding(training_args: Seq2SeqTrainingArguments) -> str:
+    """The decoding of validation BLEU, in words."""
+    return decoding_flags(training_args) or (
+        f"greedy, at most source length + {VALIDATION_DECODING['max_length_over_source']} tokens")
+
+
+def decoding_flags(training_args: Seq2SeqTrainingArguments) -> str | None:
+    """The decoding that `--generation-num-beams` / `--generation-max-length` set for validation and test, in words;
+    None when neither is given (validation: `VALIDATION_DECODING`, test: the model's generation config)."""
+    beams, length = training_args.generation_num_beams, training_args.generation_max_length
+    words = ([f"beam {beams}"] if beams else []) + ([f"at most {length} tokens"] if length else [])
+    return ", ".join(words) or None
 
 
 def remove_old_run(training_args: Seq2SeqTrainingArguments) -> None:
@@ -910,8 +996,8 @@ def validation_dataset(tokenized: dict, max_eval_samples: int | None):
 
 def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eval_dataset, callbacks, speedups=()):
     """The Trainer of the paper's recipe: token batches (section 5.1) and, with --predict-with-generate, validation
-    BLEU from generate(); without it validation reports its loss only. With CPU `speedups`, the Trainer that applies
-    them inside its steps (cpu_training.py)."""
+    BLEU from generate() (`VALIDATION_DECODING` unless flags set the decoding); without it validation reports its loss
+    only. With CPU `speedups`, the Trainer that applies them inside its steps (cpu_training.py)."""
     trainer_class, options = TokenBatchSeq2SeqTrainer, {}
     multiple = data_args.pad_to_multiple_of if data_args.pad_to_multiple_of > 1 else None
     if speedups:
@@ -926,6 +1012,7 @@ def build_trainer(model, tokenizer, training_args, data_args, train_dataset, eva
             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=multiple),
             processing_class=tokenizer,
             compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
+            validation_decoding=VALIDATION_DECODING,
             max_tokens=data_args.max_tokens or None,
             max_sentences=data_args.max_sentences,
             callbacks=callbacks,
@@ -957,17 +1044,28 @@ def save_run(trainer, result) -> None:
 def report_validation_results(trainer) -> None:
     """Without a test split to translate: the validation loss (and BLEU and chrF with --predict-with-generate)."""
     metrics = trainer.evaluate(metric_key_prefix="eval")
+    if "eval_bleu" in metrics:  # what the model card reports with the scores
+        signatures = score_translations(["."], ["."])  # sacreBLEU's signature depends on its settings only
+        metrics.update(eval_bleu_signature=signatures["bleu_signature"],
+                       eval_chrf_signature=signatures["chrf_signature"])
+        metrics["eval_decoding"] = validation_decoding(trainer.args)
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 
 
 def report_test_results(trainer, splits, tokenized, data_args, tokenizer, averaged: str | None = None,
                         is_demo: bool = False):
-    """Translate the `test` split with beam search; print samples, exact-match accuracy, sacreBLEU (with its
+    """Translate the `test` split with the model's generation config (section 6.1's beam search) unless
+    `--generation-num-beams` / `--generation-max-length` say otherwise, whatever `--predict-with-generate` says for
+    validation; print samples, exact-match accuracy, sacreBLEU (with its
     signature) and chrF on the detokenized text, and save them. The demo also translates its `seen` split, the numbers
     below 1,000 that are in training (`seen_` keys), and scores both per magnitude (number_words_report.py).
     `averaged` says which checkpoints the model averages, if it does. Returns the metrics and each split's
     translations."""
+    if not trainer.args.predict_with_generate:
+        # --predict-with-generate false keeps generate() out of validation; test files are still translated and scored.
+        trainer.args.predict_with_generate = True
+        trainer.compute_metrics = translation_metrics(tokenizer)
     metrics, hypotheses = {}, {}
     for name in ("test", "seen") if is_demo else ("test",):
         metrics_of_split, hypotheses[name] = translate_and_score(trainer, splits[name], tokenized[name],
@@ -1008,7 +1106,8 @@ def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged
     print(f"\nSample translations ({source_lang} -> {target_lang}) of held-out data:")
     for index in sample_indices(test, 8, is_demo):
         number_words_report.print_pair(test[index]["translation"], hypotheses["test"][index], source_lang, target_lang)
-    print(f"\nHeld-out ({len(test)} pairs, beam {trainer.args.generation_num_beams}): "
+    beams = trainer.args.generation_num_beams or trainer.model.generation_config.num_beams
+    print(f"\nHeld-out ({len(test)} pairs, beam {beams}): "
           f"exact match {metrics['test_exact_match']:.1f}%, BLEU {metrics['test_bleu']:.2f}, "
           f"chrF {metrics['test_chrf']:.2f}")
     if is_demo:
@@ -1019,9 +1118,11 @@ def print_test_results(trainer, splits, hypotheses, metrics, data_args, averaged
     print(f"Model folder (loads with from_pretrained): {trainer.args.output_dir}")
 
 
-def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo: bool = False) -> dict:
+def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo: bool = False,
+                 decoding: str | None = None) -> dict:
     """The test results as `hub.model_card` takes them: scores with their signatures, the data, samples and the
-    recipe facts the training arguments do not hold. The demo's card also reports the numbers below 1,000 seen in
+    recipe facts the training arguments do not hold; `decoding`: how the test was decoded, where flags changed the
+    model's generation config. The demo's card also reports the numbers below 1,000 seen in
     training, and card_results.json keeps exact match per magnitude (number_words_report.py)."""
     if is_demo:
         evaluations = number_words_report.card_evaluations(metrics)
@@ -1040,6 +1141,7 @@ def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo:
                 bleu_signature=metrics[f"{prefix}_bleu_signature"],
                 chrf_signature=metrics[f"{prefix}_chrf_signature"],
                 num_sentences=len(hypotheses[prefix]),
+                **({"decoding": decoding} if decoding else {}),
             )
             for prefix, split, data in evaluations
         ],
@@ -1052,8 +1154,8 @@ def card_results(metrics, splits, hypotheses, data_args, averaged=None, is_demo:
                       bpe_dropout_target=data_args.bpe_dropout_target),
     )
     if averaged:  # the card names the weights in its table of models
-        results["variants"] = [dict(model=averaged, decoding="the defaults above", bleu=metrics["test_bleu"],
-                                    chrf=metrics["test_chrf"])]
+        results["variants"] = [dict(model=averaged, decoding=decoding or "the defaults above",
+                                    bleu=metrics["test_bleu"], chrf=metrics["test_chrf"])]
     if is_demo:
         results.update(number_words_report.card_extras(splits, hypotheses, data_args.target_lang))
     return results
@@ -1063,6 +1165,10 @@ def write_card(output_dir: str | os.PathLike, results: dict) -> None:
     """The output folder's model card, from the saved model and the test `results`, which card_results.json keeps for
     `vanilla-transformer model-card` and `push`."""
     output_dir = Path(output_dir)
+    # The data and languages as the run recorded them (run_arguments.json); the demo's own description wins.
+    run = recorded_run(output_dir)
+    results = {**{name: run[name] for name in ("training_data", "datasets", "source_lang", "target_lang")
+                  if name in run}, **results}
     (output_dir / "card_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     write_model_card(output_dir, output_dir / "README.md", results)
 

@@ -13,12 +13,15 @@ The `train` command's speed-ups for CPU training live apart, in `cpu_training.py
 """
 
 import contextlib
+import copy
+import json
 import logging
 import signal
 import time
 from collections.abc import Sequence
 from functools import partial
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -61,6 +64,12 @@ PAPER_RECIPE = dict(
     predict_with_generate=True,
     logging_nan_inf_filter=False,
 )
+
+
+# Validation BLEU during training is a progress signal, decoded cheaply: greedy search, each sentence ending at the latest
+# at its source length + 20 tokens. An undertrained model runs most sentences to the limit, and section 6.1's beam 4 up to
+# source + 50 could take longer than the training between two validations. The test set keeps section 6.1's decoding.
+VALIDATION_DECODING = dict(num_beams=1, max_length_over_source=20)
 
 
 def paper_training_arguments(
@@ -139,6 +148,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     target tokens (padding included) of pairs of similar length, reshuffled every epoch. Under several processes
     every process builds the same batch list and accelerate deals the batches out, so each process trains on a
     disjoint share and every pair is seen once per epoch. With `max_tokens=None` it batches like `Seq2SeqTrainer`.
+    `validation_decoding` (e.g. `VALIDATION_DECODING`): the `generate()` arguments of `evaluate()` where neither the
+    call nor the training arguments set them; `predict()` decodes with the model's generation config.
     A collator that pads to a multiple (`DataCollatorForSeq2Seq(..., pad_to_multiple_of=8)`) makes the batches
     bucketed: the sampler compares lengths rounded as the collator pads them, so every epoch repeats the first
     epoch's few batch shapes (`TokenBatchSampler`).
@@ -148,11 +159,13 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     Each checkpoint is marked complete once written (`checkpoints.MarkCompleteCheckpoints`), so that one cut short
     by a kill is never resumed from or averaged."""
 
-    def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None,
+                 validation_decoding: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.add_callback(MarkCompleteCheckpoints)  # after the callbacks given, which may decide to save
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
+        self.validation_decoding = validation_decoding or {}
         self._flops_per_input_token = None
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
             # The same loss as the Trainer's LabelSmoother, in torch's fused kernel.
@@ -163,6 +176,24 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         # decoding, which the loss never reads.
         inputs = {**inputs, "use_cache": False}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval", **gen_kwargs):
+        # `validation_decoding` (e.g. VALIDATION_DECODING) where neither the call nor `--generation-num-beams` sets the
+        # search; an explicit length (the call's, `--generation-max-length`) wins over its source + N limit.
+        defaults = dict(self.validation_decoding)
+        if self.args.generation_num_beams is not None:
+            defaults.pop("num_beams", None)
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **{**defaults, **gen_kwargs})
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        # Seq2SeqTrainer fills the model's generation config with transformers' defaults at every prediction step
+        # (`max_length` 20, `min_length` 0, ...); saved with the model, that `max_length` makes transformers warn at
+        # every `generate(max_new_tokens=...)`. The model keeps the generation config it had.
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = generation_config
 
     def floating_point_ops(self, inputs) -> int:
         main_input = getattr(self.model, "main_input_name", "input_ids")
@@ -270,6 +301,43 @@ class BPEDropoutDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, list[int]]:
         sources, targets = self.segmented(self.epoch)
         return {"input_ids": sources[index], "attention_mask": [1] * len(sources[index]), "labels": targets[index]}
+
+
+class TrainingClock(TrainerCallback):
+    """The wall-clock time of training across resumes: every checkpoint records the seconds of training (evaluations
+    included) and the sessions that led to it in `TRAINING_TIME_FILE`, and a run resumed from it starts its clock
+    there. After `train()`, `seconds` and `sessions` describe the whole run; the Trainer's `train_runtime` is this
+    session's only."""
+
+    TRAINING_TIME_FILE = "training_time.json"
+
+    def __init__(self, resume_from_checkpoint: str | None = None):
+        recorded = {}
+        if resume_from_checkpoint and (path := Path(resume_from_checkpoint) / self.TRAINING_TIME_FILE).is_file():
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        # A checkpoint saved without the clock (an earlier release) leaves the time before it unknown.
+        self.complete = not resume_from_checkpoint or bool(recorded)
+        self.before = float(recorded.get("seconds", 0.0))
+        self.sessions = int(recorded.get("sessions", 1 if resume_from_checkpoint else 0)) + 1
+        self.start = None
+        self.seconds = self.before
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def _measure(self) -> float:
+        if self.start is not None:
+            self.seconds = self.before + time.perf_counter() - self.start
+        return self.seconds
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir() and self.complete:
+            record = dict(seconds=self._measure(), sessions=self.sessions)
+            (folder / self.TRAINING_TIME_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._measure()
 
 
 class TrainingTimeBudget(TrainerCallback):
