@@ -91,7 +91,8 @@ def test_validation_files_mean_validation_at_every_checkpoint():
     assert parse_arguments(own)[3].eval_strategy == "no"  # nothing to validate on
     assert parse_arguments([*own, *validation, "--eval-strategy", "no"])[3].eval_strategy == "no"  # asked not to
     assert parse_arguments([*own, *validation, "--eval-strategy", "epoch"])[3].eval_strategy == "epoch"
-    assert validation_schedule(training_args) == "validation: loss, BLEU and chrF every 500 steps"
+    assert validation_schedule(training_args) == (
+        "validation: loss, BLEU and chrF (greedy, at most source length + 20 tokens) every 500 steps")
     assert validation_schedule(parse_arguments(own)[3]) == "validation: loss, BLEU and chrF never (--eval-strategy no)"
 
 

@@ -120,7 +120,9 @@ def test_a_pair_no_loaded_config_names_is_an_unknown_task(model_dir_without_pair
 def test_a_task_naming_another_pair_names_the_pair_the_model_translates(model_dir, tmp_path):
     """An en -> de model asked for `translation_en_to_fr`: one line naming its pair, whether or not another model's
     config registered the task asked for."""
-    with pytest.raises(KeyError) as unknown:
+    # A KeyError while the task is unknown to transformers; a ValueError once another model registered it, which an
+    # earlier test of the session may have done (the registry is global).
+    with pytest.raises((KeyError, ValueError)) as unknown:
         pipeline("translation_en_to_fr", model=str(model_dir))
     expected = ('Task translation_en_to_fr asks for en -> fr, but the model translates en -> de: use '
                 'pipeline("translation") or pipeline("translation_en_to_de")')

@@ -929,7 +929,7 @@ def validation_schedule(training_args: Seq2SeqTrainingArguments) -> str:
     when = when or f"every {training_args.eval_steps:g} steps"
     what = "loss"
     if training_args.predict_with_generate:
-        what = f"loss, BLEU and chrF ({validation_decoding(training_args)})"
+        what = "loss, BLEU and chrF" + (f" ({validation_decoding(training_args)})" if strategy != "no" else "")
     return f"validation: {what} {when}"
 
 
