@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -392,7 +393,8 @@ def compare(args) -> None:
     cache_file = work / "validation_nll.json"
     cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
     runs = {}
-    for run_dir in sorted(p for p in work.iterdir() if p.is_dir() and re.match(r"(fairseq|ours)", p.name)):
+    for run_dir in sorted(p for p in work.iterdir() if p.is_dir() and re.match(r"(fairseq|ours)", p.name)
+                          and re.search(args.runs or "", p.name)):
         if run_dir.name.startswith("fairseq"):
             if (run_dir / "train.log").is_file():
                 runs[run_dir.name] = fairseq_curves(run_dir)
@@ -410,7 +412,7 @@ def compare(args) -> None:
             cells = [f"{runs[name][index][step]:.3f}" if step in runs[name][index] else "" for name in names]
             print(f"| {step} | " + " | ".join(cells) + " |")
     if args.bleu:
-        print("\ntest_2016_flickr, last checkpoint, beam 4, length penalty 1.0 (score / length), source + 50\n")
+        print(f"\ntest_2016_flickr, {f'update {args.bleu_at}' if args.bleu_at else 'last checkpoint'}, beam 4, length penalty 1.0 (score / length), source + 50\n")
         print("| run | updates | sacreBLEU | BLEU lowercased Moses | brevity penalty | length ratio |\n"
               "| --- | --- | --- | --- | --- | --- |")
         for name in names:
@@ -421,12 +423,14 @@ def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
     from vanilla_transformer.metrics import score_translations
 
     references = read_gzip_lines(data / f"{SPLITS['test']}.{TARGET}.gz")
-    if run_dir.name.startswith("fairseq"):
-        checkpoints = sorted(run_dir.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
-        step, hypotheses = int(checkpoints[-1].stem.split("_")[-1]), fairseq_translations(args, work, checkpoints[-1])
-    else:
-        checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        step, hypotheses = int(checkpoints[-1].name.split("-")[1]), our_translations(work, data, checkpoints[-1])
+    fairseq = run_dir.name.startswith("fairseq")
+    checkpoints = {int(p.stem.split("_")[-1]) if fairseq else int(p.name.split("-")[1]): p
+                   for p in run_dir.glob("checkpoint_*_*.pt" if fairseq else "checkpoint-*")}
+    step = args.bleu_at if args.bleu_at else max(checkpoints, default=None)
+    if step not in checkpoints:
+        return f"| {run_dir.name} | {step} | no checkpoint | | | |"
+    translate = partial(fairseq_translations, args) if fairseq else partial(our_translations, data=data)
+    hypotheses = translate(work, checkpoints[step])
     scores = score_translations(hypotheses, references, moses_lang=TARGET)
     ratio = re.search(r"ratio = ([0-9.]+)", scores["bleu_report"]).group(1)
     return (f"| {run_dir.name} | {step} | {scores['bleu']:.2f} | {scores['bleu_lc_moses']:.2f} | "
@@ -449,7 +453,7 @@ def fairseq_translations(args, work: Path, checkpoint: Path) -> list[str]:
     return [hypotheses[i] for i in range(len(hypotheses))]
 
 
-def our_translations(work: Path, data: Path, checkpoint: Path) -> list[str]:
+def our_translations(work: Path, checkpoint: Path, data: Path) -> list[str]:
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
     from vanilla_transformer.translate import translate_lines
 
@@ -478,6 +482,9 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoint", help="equivalence: a fairseq checkpoint, relative to --work.")
     parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
     parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")
+    parser.add_argument("--bleu-at", type=int, help="compare --bleu: the checkpoint of this update (default: each "
+                                                    "run's last).")
+    parser.add_argument("--runs", help="compare: only the runs whose folder names match this regular expression.")
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
