@@ -271,3 +271,21 @@ def test_a_full_disk_leaves_the_average_folder_as_it_was(run_dir, tmp_path, caps
     assert not (tmp_path / "new").exists()
     assert {path.name: path.read_bytes() for path in before.iterdir()} == files
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+def test_checkpoints_older_than_a_runs_first_mark_are_judged_by_their_files(run_dir, tmp_path):
+    """A run begun by a release that did not mark its checkpoints and resumed by this one: its unmarked checkpoints
+    before the first marked one are complete (judged by their files), an unmarked one after it was interrupted."""
+    import shutil
+
+    from vanilla_transformer.checkpoints import checkpoint_problem, complete_checkpoints, mark_complete
+
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    first, *later = STEPS
+    for step in later:
+        mark_complete(run / f"checkpoint-{step}")
+    save_checkpoint(run / "checkpoint-200", seed=3)  # written whole, but not marked: cut before its mark
+    complete, skipped = complete_checkpoints(run, to_resume=False)
+    assert [path.name for path in complete] == [f"checkpoint-{step}" for step in STEPS]
+    assert list(skipped) == [run / "checkpoint-200"]
+    assert checkpoint_problem(run / f"checkpoint-{first}", to_resume=False) is None

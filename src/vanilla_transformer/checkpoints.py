@@ -8,7 +8,8 @@ written beside them and renamed into place. In a run that marks its checkpoints,
 interrupted and is never used: resuming and averaging take complete checkpoints only, and say which they skipped.
 
 Checkpoints of a run that marks none (transformers' Trainer alone, or an older release of this package) are judged
-by their files: a readable `trainer_state.json`, which the Trainer writes last, and complete weights.
+by their files: a readable `trainer_state.json`, which the Trainer writes last, and complete weights. So are the
+checkpoints older than a run's first marked one: an older release wrote them before this one resumed the run.
 """
 
 import json
@@ -46,20 +47,22 @@ def run_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     return sorted(folders, key=checkpoint_step)
 
 
-def marks_checkpoints(run_dir: str | os.PathLike) -> bool:
-    """Whether the run in `run_dir` marks its checkpoints complete (any of them holds the mark)."""
-    return any((path / COMPLETE).is_file() for path in run_checkpoints(run_dir))
+def first_marked_step(run_dir: str | os.PathLike) -> int | None:
+    """The step of the oldest checkpoint of `run_dir` that holds the mark; None when the run marks none."""
+    return next((checkpoint_step(path) for path in run_checkpoints(run_dir) if (path / COMPLETE).is_file()), None)
 
 
 def checkpoint_problem(
-    checkpoint: str | os.PathLike, marked_run: bool | None = None, *, to_resume: bool = True
+    checkpoint: str | os.PathLike, marked_since: int | None = -1, *, to_resume: bool = True
 ) -> str | None:
-    """Why `checkpoint` is not complete, in words; None when it is. `marked_run`: whether its run marks its
-    checkpoints (found from the folder beside it when None). Without a mark in its run, a checkpoint is judged by its
-    weights, and, `to_resume`, by its `trainer_state.json` too (a folder of weights alone can be averaged)."""
+    """Why `checkpoint` is not complete, in words; None when it is. `marked_since`: the step of its run's first
+    marked checkpoint (`first_marked_step`, found from the folder beside it by default; None: the run marks none).
+    A checkpoint without the mark is interrupted if it is newer than that; otherwise (a run, or a part of a run, that
+    did not mark) it is judged by its weights, and, `to_resume`, by its `trainer_state.json` too (a folder of weights
+    alone can be averaged)."""
     checkpoint = Path(checkpoint)
-    if marked_run is None:
-        marked_run = marks_checkpoints(checkpoint.parent)
+    if marked_since == -1:
+        marked_since = first_marked_step(checkpoint.parent)
     mark = checkpoint / COMPLETE
     if mark.is_file():
         try:
@@ -73,7 +76,7 @@ def checkpoint_problem(
             if (actual := path.stat().st_size) != size:
                 return f"{name} holds {actual:,} bytes, not the {size:,} written"
         return None
-    if marked_run:
+    if marked_since is not None and (checkpoint_step(checkpoint) or 0) >= marked_since:
         return f"it has no {COMPLETE}: its writing was interrupted"
     state = checkpoint / "trainer_state.json"
     if not to_resume:
@@ -102,7 +105,7 @@ def complete_checkpoints(
 ) -> tuple[list[Path], dict[Path, str]]:
     """The complete checkpoints of `run_dir` by step, and the others with what is wrong with each (`to_resume`: see
     [`checkpoint_problem`])."""
-    marked = marks_checkpoints(run_dir)
+    marked = first_marked_step(run_dir)
     complete, skipped = [], {}
     for path in run_checkpoints(run_dir):
         if (problem := checkpoint_problem(path, marked, to_resume=to_resume)) is None:
