@@ -243,12 +243,12 @@ def model_with_a_larger_tokenizer(tmp_path, tokenizer_dir):
     return folder
 
 
-@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "export-onnx", "train", "push"])
-def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, model_with_a_larger_tokenizer,
-                                                                     tmp_path, capsys):
-    model = model_with_a_larger_tokenizer
-    extra = {
+def model_command_arguments(command: str, model, tmp_path) -> list[str]:
+    """The arguments with which `command` reads the model folder `model`, its outputs and inputs under `tmp_path`
+    (`evaluate` reads src.txt and ref.txt, `train` pairs.tsv)."""
+    return {
         "translate": ["--model", str(model)],
+        "evaluate": ["--model", str(model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")],
         "plot-attention": ["--model", str(model), "--source", "a cat", "--out", str(tmp_path / "plot.png")],
         "export-ct2": ["--model", str(model), "--out", str(tmp_path / "ct2")],
         "export-onnx": ["--model", str(model), "--out", str(tmp_path / "onnx")],
@@ -256,6 +256,13 @@ def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, m
                   "--output-dir", str(tmp_path / "run")],
         "push": ["--model", str(model), "--repo-id", "user/model", "--dry-run", str(tmp_path / "staged")],
     }[command]
+
+
+@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "export-onnx", "train", "push"])
+def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, model_with_a_larger_tokenizer,
+                                                                     tmp_path, capsys):
+    model = model_with_a_larger_tokenizer
+    extra = model_command_arguments(command, model, tmp_path)
     (tmp_path / "pairs.tsv").write_text("one\tun\n")
     err = run_main([command, *extra], capsys)
     assert err == (f"vanilla-transformer {command}: error: its tokenizer has 300 tokens but the model {model} has 128 "
@@ -447,16 +454,7 @@ def test_a_truncated_model_file_is_named_in_one_line(command, name, saved_model,
     for text in ("src.txt", "ref.txt"):
         (tmp_path / text).write_text("one\n")
     (tmp_path / "pairs.tsv").write_text("one\tun\n")
-    extra = {
-        "translate": ["--model", str(model)],
-        "evaluate": ["--model", str(model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")],
-        "plot-attention": ["--model", str(model), "--source", "a cat", "--out", str(tmp_path / "plot.png")],
-        "export-ct2": ["--model", str(model), "--out", str(tmp_path / "ct2")],
-        "export-onnx": ["--model", str(model), "--out", str(tmp_path / "onnx")],
-        "train": ["--model-name-or-path", str(model), "--train-file", str(tmp_path / "pairs.tsv"),
-                  "--output-dir", str(tmp_path / "run")],
-        "push": ["--model", str(model), "--repo-id", "user/model", "--dry-run", str(tmp_path / "staged")],
-    }[command]
+    extra = model_command_arguments(command, model, tmp_path)
     path = model / name
     size = path.stat().st_size
     path.write_bytes(path.read_bytes()[: size // 2])
