@@ -30,8 +30,8 @@ import numpy as np
 
 from common import DEFAULT_DATA_DIR, markdown_table, read_lines
 from data_path import simulated_pairs
-from vanilla_transformer.batching import TokenBatchSampler
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.inference.batching import TokenBatchSampler
+from vanilla_transformer.training.tokenization import train_tokenizer
 
 SMOKE_PAIRS = 2000
 CHECKED_PAIRS = 2000

@@ -12,7 +12,7 @@ import transformers
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.training.tokenization import train_tokenizer
 
 
 REPO = Path(__file__).resolve().parents[1]

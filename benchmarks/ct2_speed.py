@@ -44,7 +44,7 @@ from common import (
 )
 from generate_speed import decode_all, forced_length_kwargs, source_batches
 
-from vanilla_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS, export_ctranslate2
 
 ENGINES = ("ours_ct2", "marian_ct2", "marian_generate")
 ENGINE_LABELS = {"ours_ct2": "ours, CT2", "marian_ct2": "Marian, CT2", "marian_generate": "MarianMTModel.generate"}

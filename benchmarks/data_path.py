@@ -172,12 +172,12 @@ def run_one(args) -> dict:
     from transformers import DataCollatorForSeq2Seq
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.batching import TokenBatchSampler
-    from vanilla_transformer.data import (
+    from vanilla_transformer.inference.batching import TokenBatchSampler
+    from vanilla_transformer.training.data import (
         default_num_proc, load_parallel_corpus, pair_texts, sample_pairs, single_threaded_tokenizers
     )
-    from vanilla_transformer.tokenization import train_tokenizer
-    from vanilla_transformer.training import tokenize_pairs
+    from vanilla_transformer.training.tokenization import train_tokenizer
+    from vanilla_transformer.training.trainer import tokenize_pairs
 
     started = time.perf_counter()
     source_file, target_file = write_corpus(args.data_dir, args.run_one, work_dir)

@@ -36,7 +36,7 @@ from common import (
 from train_throughput import ADAM, DROPOUT, SMOKE_PAIRS, train_step, training_batches
 
 
-from vanilla_transformer.cpu_training import CPU16BitDropout, cpu_16bit_dropout
+from vanilla_transformer.training.cpu_speedups import CPU16BitDropout, cpu_16bit_dropout
 
 # Each kernel: the context its training steps run in, and the dropout alone.
 KERNELS = {

@@ -19,7 +19,7 @@ label-smoothed loss each toolkit logs over its last 50 updates (fairseq logs bit
 without smoothing of every checkpoint on the full validation set (fairseq's own validation at the same updates, ours
 computed here in float32, eval mode). With `--bleu`, the last checkpoint of every run decodes test_2016_flickr with
 beam 4, length penalty 1.0 as both toolkits define it by default (score / length), at most source length + 50
-tokens, scored with sacreBLEU and the lowercased Moses-tokenized BLEU of `vanilla_transformer.metrics`.
+tokens, scored with sacreBLEU and the lowercased Moses-tokenized BLEU of `vanilla_transformer.inference.metrics`.
 
 Extra flags after `--` go to our train command, so a candidate difference is switched alone in a run of its own:
 `ours --seed 0 --name ours-x -- --some_flag value`.
@@ -60,7 +60,7 @@ def tokenizer_of(work: Path):
 # --- prepare: one tokenizer, its pieces for fairseq -----------------------------------------------------------------
 
 def prepare(args) -> None:
-    from vanilla_transformer.tokenization import train_tokenizer
+    from vanilla_transformer.training.tokenization import train_tokenizer
 
     work, data = Path(args.work), Path(args.data_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ def check_equivalence(args) -> None:
     import tempfile
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.training import label_smoothed_cross_entropy
+    from vanilla_transformer.training.trainer import label_smoothed_cross_entropy
 
     work = Path(args.work)
     with tempfile.TemporaryDirectory() as tmp:
@@ -304,7 +304,7 @@ CANDIDATES = {"xavier_init": xavier_init, "attention_bias": fairseq_attention_bi
 def with_candidates(args) -> None:
     """Our train command with the named fairseq behaviours switched on (a new model's init or config)."""
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.cli import main as cli_main
+    from vanilla_transformer.cli.main import main as cli_main
 
     names = [name for name in args.candidates.split(",") if name]
     unknown = set(names) - set(CANDIDATES)
@@ -420,7 +420,7 @@ def compare(args) -> None:
 
 
 def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
-    from vanilla_transformer.metrics import score_translations
+    from vanilla_transformer.inference.metrics import score_translations
 
     references = read_gzip_lines(data / f"{SPLITS['test']}.{TARGET}.gz")
     fairseq = run_dir.name.startswith("fairseq")
@@ -455,7 +455,7 @@ def fairseq_translations(args, work: Path, checkpoint: Path) -> list[str]:
 
 def our_translations(work: Path, checkpoint: Path, data: Path) -> list[str]:
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.translate import translate_lines
+    from vanilla_transformer.inference.translate import translate_lines
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32)
     sources = read_gzip_lines(data / f"{SPLITS['test']}.{SOURCE}.gz")

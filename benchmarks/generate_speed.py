@@ -13,7 +13,7 @@ the median and the range of generated tokens per second, and the ratio of the me
     python benchmarks/generate_speed.py --smoke         # seconds: checks that the script works
 
 With `--compile`, five engines instead of two: ours and Marian eager, ours and Marian with a static cache and their
-decoding step compiled by inductor (`vanilla_transformer.compiled_decoding`, sources padded to a multiple of 16
+decoding step compiled by inductor (`vanilla_transformer.inference.compiled_decoding`, sources padded to a multiple of 16
 tokens; Marian compiled exactly as ours, and reported as failed if it does not compile), and our model exported to
 CTranslate2 float32. Every compiled engine first decodes all the batches of a cell once, which compiles every shape:
 that pass is timed apart, and its excess over a timed pass is the compile time.
@@ -255,7 +255,7 @@ ENGINE_LABELS = {"ours": "ours", "ours_compiled": "ours compiled", "marian": "Ma
 
 
 def compiled_main(args):
-    from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, compiled_decoding, default_mode
+    from vanilla_transformer.inference.compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, compiled_decoding, default_mode
 
     mode = args.compile_mode or default_mode(args.device)
     tokenizer = load_tokenizer(args)

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from common import add_common_arguments, environment, environment_lines, load_tokenizer, markdown_table
 from train_throughput import LABEL_SMOOTHING, SMOKE_PAIRS, training_batches
-from vanilla_transformer.cpu_training import ChunkedLabelSmoothedCrossEntropy
+from vanilla_transformer.training.cpu_speedups import ChunkedLabelSmoothedCrossEntropy
 
 
 def torch_loss(logits: torch.Tensor, labels: torch.Tensor, copy_to_float32: bool) -> torch.Tensor:

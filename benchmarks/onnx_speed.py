@@ -2,7 +2,7 @@
 float32 and int8, against the same model's PyTorch eager `generate()` and its CTranslate2 float32 export, in one run.
 
 The model is randomly initialised from the same numbers as in `generate_speed.py` (weights do not change the cost of a
-decoding step), saved, exported with `vanilla_transformer.onnx_export.export_onnx` (int8: the float32 graphs quantized
+decoding step), saved, exported with `vanilla_transformer.backends.onnx_export.export_onnx` (int8: the float32 graphs quantized
 by `quantize_int8`, as `export-onnx --quantize int8` does) and with `export_ctranslate2` (float32). PyTorch, ONNX
 Runtime and CTranslate2 each run on `--threads` intra-op threads (default: torch's thread count). Every sentence
 decodes exactly N tokens (`min_new_tokens = max_new_tokens = N`, and CTranslate2's `min_decoding_length =
@@ -40,9 +40,9 @@ from common import (
 from ct2_speed import ct2_decode_all, engine_batches, time_cells
 from generate_speed import decode_all, forced_length_kwargs
 
-from vanilla_transformer.ctranslate2_export import export_ctranslate2
-from vanilla_transformer.onnx_export import ONNX_FILES, export_onnx, quantize_int8
-from vanilla_transformer.onnx_model import VanillaTransformerORTForConditionalGeneration, default_session_options
+from vanilla_transformer.backends.ctranslate2 import export_ctranslate2
+from vanilla_transformer.backends.onnx_export import ONNX_FILES, export_onnx, quantize_int8
+from vanilla_transformer.backends.onnx_model import VanillaTransformerORTForConditionalGeneration, default_session_options
 
 ENGINES = ("torch", "ort_float32", "ort_int8", "ct2_float32")
 ENGINE_LABELS = {"torch": "PyTorch eager", "ort_float32": "ORT float32", "ort_int8": "ORT int8",

@@ -47,7 +47,7 @@ import json, sys, time
 from contextlib import nullcontext
 import torch
 import vanilla_transformer
-import vanilla_transformer.train as command
+import vanilla_transformer.training.run as command
 import transformers
 from transformers import TrainerCallback
 print(vanilla_transformer.__file__)
@@ -79,7 +79,7 @@ if bare and batches:
     speedups = getattr(trainer, "speedups", ())
     dropout = nullcontext
     if "dropout16" in speedups:  # the Trainer's steps run the 16-bit CPU dropout
-        from vanilla_transformer.cpu_training import CPU16BitDropout as dropout
+        from vanilla_transformer.training.cpu_speedups import CPU16BitDropout as dropout
     def bare_step(batch):
         with dropout():
             loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=(batch["labels"] != -100).sum())

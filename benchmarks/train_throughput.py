@@ -49,7 +49,7 @@ from common import (
     synchronize,
     trainable_parameters,
 )
-from vanilla_transformer.modeling_vanilla_transformer import shift_tokens_right
+from vanilla_transformer.model.modeling_vanilla_transformer import shift_tokens_right
 
 
 LABEL_SMOOTHING = 0.1
@@ -91,7 +91,7 @@ def training_batches(args, tokenizer) -> list[dict]:
     # Only the main process batches: imported here, the model processes skip loading accelerate and pyarrow.
     from transformers import DataCollatorForSeq2Seq
 
-    from vanilla_transformer.batching import TokenBatchSampler
+    from vanilla_transformer.inference.batching import TokenBatchSampler
 
     sources = read_lines(args.data_dir / "train.en.gz", args.pairs)
     targets = read_lines(args.data_dir / "train.de.gz", args.pairs)

@@ -52,10 +52,10 @@ from common import (
     synchronize,
 )
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.batching import TokenBatchSampler
-from vanilla_transformer.cpu_training import CPU16BitDropout, CPUSeq2SeqTrainer
-from vanilla_transformer.train import cpu_speedups, new_model_config, parse_arguments
-from vanilla_transformer.training import (
+from vanilla_transformer.inference.batching import TokenBatchSampler
+from vanilla_transformer.training.cpu_speedups import CPU16BitDropout, CPUSeq2SeqTrainer
+from vanilla_transformer.training.run import cpu_speedups, new_model_config, parse_arguments
+from vanilla_transformer.training.trainer import (
     TokenBatchSeq2SeqTrainer, TrainingTimeBudget, check_feature_token_ids, paper_learning_rate
 )
 

@@ -12,7 +12,7 @@ Every Seq2SeqTrainingArguments flag works (--bf16, --gradient-accumulation-steps
 
 import sys
 
-from vanilla_transformer.cli import main
+from vanilla_transformer.cli.main import main
 
 
 if __name__ == "__main__":

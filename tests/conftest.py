@@ -5,7 +5,7 @@ import torch
 from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.training.tokenization import train_tokenizer
 
 
 # Multi30k (gzip, one sentence a line: train, val and test_2016_flickr in en, de and fr) sits beside the checkout, in
@@ -84,7 +84,7 @@ def corpus():
     are not held out, once each, and 50 of 4 digits), 50 validation pairs of 4 digits, and the 450 held-out numbers
     100-999 and 50 of 4 digits as the test split. The `tokenizer_dir` and `tokenizer` fixtures learn their BPE from it.
     Shared by every test module: read it, never change it."""
-    from vanilla_transformer.number_words import number_words_corpus  # optional packages: num2words, datasets
+    from vanilla_transformer.demo.corpus import number_words_corpus  # optional packages: num2words, datasets
 
     return number_words_corpus("fr", train_size=600, validation_size=50, test_size=50, max_digits=4,
                                repeats_below_10=1, repeats_short=1, repeats_hundreds=1, seed=0)
@@ -111,7 +111,7 @@ def tokenizer(tokenizer_dir):
 def tokenized(corpus, tokenizer):
     """Every split of `corpus` tokenized by `tokenizer` (English -> French): {"train": Dataset, "validation": ...}
     of `input_ids`, `attention_mask` and `labels`."""
-    from vanilla_transformer.training import tokenize_pairs
+    from vanilla_transformer.training.trainer import tokenize_pairs
 
     tokenize = tokenize_pairs(tokenizer, "en", "fr")
     return {name: split.map(tokenize, batched=True, remove_columns=split.column_names) for name, split in corpus.items()}
@@ -126,7 +126,7 @@ def number_words_model_dir(corpus, tokenizer_dir, tmp_path_factory):
     Minutes on 2 CPU cores: for `slow` tests only."""
     from transformers import DataCollatorForSeq2Seq
 
-    from vanilla_transformer.training import TokenBatchSeq2SeqTrainer, paper_training_arguments, tokenize_pairs
+    from vanilla_transformer.training.trainer import TokenBatchSeq2SeqTrainer, paper_training_arguments, tokenize_pairs
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     train = corpus["train"].map(tokenize_pairs(tokenizer, "en", "fr"), batched=True,

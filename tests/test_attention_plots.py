@@ -6,9 +6,9 @@ import torch
 from conftest import tiny_config_for
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.attention_plots import attention_weights, plot_attention
-from vanilla_transformer.cli import main
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.inference.attention_plots import attention_weights, plot_attention
+from vanilla_transformer.cli.main import main
+from vanilla_transformer.training.tokenization import train_tokenizer
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

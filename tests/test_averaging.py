@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.averaging import average_checkpoints, find_checkpoints
+from vanilla_transformer.training.averaging import average_checkpoints, find_checkpoints
 
 
 STEPS = [10, 20, 100]  # lexical order (10, 100, 20) differs from step order
@@ -150,7 +150,7 @@ def test_average_refuses_no_checkpoints_or_missing_weights(run_dir, tmp_path):
 
 
 def test_average_replaces_a_model_only_when_forced(run_dir, tmp_path, capsys):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     out = save_checkpoint(tmp_path / "model", seed=7)
     before = read_tensors(out)
@@ -171,7 +171,7 @@ def test_average_replaces_a_model_only_when_forced(run_dir, tmp_path, capsys):
 
 
 def test_average_command_reports_a_missing_run_in_one_line(tmp_path, capsys):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["average", "--run", str(tmp_path / "missing"), "--out", str(tmp_path / "out")])
@@ -185,7 +185,7 @@ def marked_run_with_an_interrupted_checkpoint(run_dir, folder):
     half of its weights, no tokenizer, no mark."""
     import shutil
 
-    from vanilla_transformer.checkpoints import mark_complete
+    from vanilla_transformer.training.checkpoints import mark_complete
 
     run = shutil.copytree(run_dir, folder)
     for step in STEPS:
@@ -197,8 +197,8 @@ def marked_run_with_an_interrupted_checkpoint(run_dir, folder):
 
 
 def test_average_uses_complete_checkpoints_only_and_says_which_it_skipped(run_dir, tmp_path, capsys):
-    from vanilla_transformer.checkpoints import COMPLETE
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.training.checkpoints import COMPLETE
+    from vanilla_transformer.cli.main import main
 
     run = marked_run_with_an_interrupted_checkpoint(run_dir, tmp_path / "run")
     capsys.readouterr()
@@ -216,7 +216,7 @@ def test_average_uses_complete_checkpoints_only_and_says_which_it_skipped(run_di
 
 
 def test_a_checkpoint_changed_after_it_was_marked_is_incomplete(run_dir, tmp_path):
-    from vanilla_transformer.checkpoints import checkpoint_problem, complete_checkpoints
+    from vanilla_transformer.training.checkpoints import checkpoint_problem, complete_checkpoints
 
     run = marked_run_with_an_interrupted_checkpoint(run_dir, tmp_path / "run")
     weights = run / "checkpoint-20" / "model.safetensors"
@@ -230,7 +230,7 @@ def test_a_checkpoint_changed_after_it_was_marked_is_incomplete(run_dir, tmp_pat
 
 
 def test_a_run_without_marks_is_judged_by_its_files(run_dir, tmp_path):
-    from vanilla_transformer.checkpoints import checkpoint_problem
+    from vanilla_transformer.training.checkpoints import checkpoint_problem
 
     # The fixture's checkpoints are unmarked, with a trainer_state.json that is not JSON: complete weights suffice to
     # average them, not to resume from them.
@@ -248,8 +248,8 @@ def test_a_run_without_marks_is_judged_by_its_files(run_dir, tmp_path):
 
 
 def test_a_full_disk_leaves_the_average_folder_as_it_was(run_dir, tmp_path, capsys, monkeypatch):
-    import vanilla_transformer.averaging as averaging
-    from vanilla_transformer.cli import main
+    import vanilla_transformer.training.averaging as averaging
+    from vanilla_transformer.cli.main import main
 
     def full_disk(tensors, path, metadata=None):
         # safetensors' own words for ENOSPC, after part of the file is written
@@ -278,7 +278,7 @@ def test_checkpoints_older_than_a_runs_first_mark_are_judged_by_their_files(run_
     before the first marked one are complete (judged by their files), an unmarked one after it was interrupted."""
     import shutil
 
-    from vanilla_transformer.checkpoints import checkpoint_problem, complete_checkpoints, mark_complete
+    from vanilla_transformer.training.checkpoints import checkpoint_problem, complete_checkpoints, mark_complete
 
     run = shutil.copytree(run_dir, tmp_path / "run")
     first, *later = STEPS

@@ -15,7 +15,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.batching import (
+from vanilla_transformer.inference.batching import (
     ResegmentedTokenBatchSampler,
     TokenBatchSampler,
     cut_batches,
@@ -85,7 +85,7 @@ def test_max_sentences_caps_the_batches_of_short_pairs_only():
 def test_a_pair_longer_than_the_budget_is_a_lone_batch_reported_once(caplog):
     source, target = multi30k_like_lengths(300)
     source[17], target[42] = 500, 300
-    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.batching"):
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.inference.batching"):
         sampler = TokenBatchSampler(source, target, max_tokens=256)
         batches = list(sampler)
         sampler.set_epoch(1)

@@ -12,15 +12,15 @@ import pytest
 import torch
 from transformers import DataCollatorForSeq2Seq
 
-import vanilla_transformer.cpu_training as cpu_training
+import vanilla_transformer.training.cpu_speedups as cpu_training
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cpu_training import (
+from vanilla_transformer.training.cpu_speedups import (
     CPU16BitDropout,
     CPUSeq2SeqTrainer,
     ChunkedLabelSmoothedCrossEntropy,
     cpu_16bit_dropout,
 )
-from vanilla_transformer.training import paper_training_arguments
+from vanilla_transformer.training.trainer import paper_training_arguments
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
 
@@ -237,7 +237,7 @@ def test_a_compiled_model_trains_with_the_other_speedups_and_torchs_dropout(toke
 CHURN = """
 import resource, sys, torch
 if sys.argv[1] == "keep":
-    from vanilla_transformer.cpu_training import keep_freed_memory
+    from vanilla_transformer.training.cpu_speedups import keep_freed_memory
     print(keep_freed_memory())
 else:
     print(None)

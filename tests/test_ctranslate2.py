@@ -10,11 +10,11 @@ from transformers import AutoTokenizer
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.backends import BACKENDS  # noqa: E402
-from vanilla_transformer.cli import main  # noqa: E402
-from vanilla_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2, transformer_spec_of  # noqa: E402
-from vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty  # noqa: E402
-from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
+from vanilla_transformer.backends.table import BACKENDS  # noqa: E402
+from vanilla_transformer.cli.main import main  # noqa: E402
+from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS, export_ctranslate2, transformer_spec_of  # noqa: E402
+from vanilla_transformer.model.generation_vanilla_transformer import gnmt_length_penalty  # noqa: E402
+from vanilla_transformer.training.tokenization import train_tokenizer  # noqa: E402
 
 SENTENCES = [
     "A man in an orange hat starring at something.",

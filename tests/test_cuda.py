@@ -119,7 +119,7 @@ def test_cached_generation_on_the_gpu_equals_uncached(num_beams):
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_compiled_decoding_with_cuda_graphs_gives_eagers_tokens(num_beams):
     """compiled_decoding's GPU mode, reduce-overhead: CUDA graphs replaying the static cache's step, call after call."""
-    from vanilla_transformer.compiled_decoding import GENERATE_KWARGS, compiled_decoding
+    from vanilla_transformer.inference.compiled_decoding import GENERATE_KWARGS, compiled_decoding
 
     model, batch = small_model().to("cuda"), padded_batch(source_length=16)
     inputs = on(dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]), "cuda")

@@ -11,8 +11,8 @@ import pytest
 from conftest import MULTI30K, requires_multi30k
 from datasets import Dataset, Features, Translation
 
-from vanilla_transformer import data
-from vanilla_transformer.data import (
+from vanilla_transformer.training import data
+from vanilla_transformer.training.data import (
     check_translation_languages,
     filter_long_pairs,
     load_hub_dataset,
@@ -90,7 +90,7 @@ def test_one_sided_empty_pair_names_file_and_line(tmp_path):
 def test_pairs_empty_on_both_sides_are_skipped_and_counted(tmp_path, caplog):
     source = write(tmp_path / "s.en", "a\n\nb\n\n")
     target = write(tmp_path / "s.de", "x\n\ny\n\n")
-    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.data"):
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.training.data"):
         dataset = load_parallel_files(source, target, "en", "de")
     assert pairs(dataset) == [("a", "x"), ("b", "y")]
     assert "Skipped 2 empty sentence pair(s)" in caplog.text
@@ -221,13 +221,13 @@ def test_filter_long_pairs_drops_and_logs(caplog):
             "labels": [[2] * 3, [2] * 2, [2] * 9, [2] * 5],
         }
     )
-    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.data"):
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.training.data"):
         kept = filter_long_pairs(tokenized, max_source_length=5, max_target_length=5)
     assert [len(ids) for ids in kept["input_ids"]] == [3, 4]
     assert "Dropped 2 of 4 sentence pairs" in caplog.text
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.data"):
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.training.data"):
         assert len(filter_long_pairs(tokenized, 10, 10)) == 4
     assert caplog.text == ""
 
@@ -303,7 +303,7 @@ def test_the_train_command_tokenizes_in_several_processes_one_thread_each(tokeni
     in the forked processes: the command turns them off while its processes tokenize."""
     from num2words import num2words
 
-    import vanilla_transformer.train as train_command
+    import vanilla_transformer.training.run as train_command
 
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     seen = []

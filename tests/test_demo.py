@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vanilla_transformer.number_words import describe_training, magnitude, number_words_corpus, sample_numbers
+from vanilla_transformer.demo.corpus import describe_training, magnitude, number_words_corpus, sample_numbers
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_corpus_refuses_sizes_it_cannot_hold():
 
 @pytest.mark.slow  # the demo's command end to end: training, evaluation, model card
 def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
-    from vanilla_transformer.train import main
+    from vanilla_transformer.training.run import main
 
     out = tmp_path / "demo"
     main([  # the demo's data and reporting, with a tiny model trained for 2 steps

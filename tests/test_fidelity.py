@@ -17,7 +17,7 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding
+from vanilla_transformer.model.modeling_vanilla_transformer import sinusoidal_position_encoding
 
 
 ATTN_IMPLEMENTATIONS = ["eager", "sdpa"]

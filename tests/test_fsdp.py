@@ -22,7 +22,7 @@ import yaml
 from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.modeling_vanilla_transformer import shift_tokens_right
+from vanilla_transformer.model.modeling_vanilla_transformer import shift_tokens_right
 
 
 pytestmark = pytest.mark.slow  # two processes under torchrun

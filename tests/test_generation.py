@@ -13,7 +13,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.generation_vanilla_transformer import (
+from vanilla_transformer.model.generation_vanilla_transformer import (
     MaxLengthOverSourceLogitsProcessor,
     gnmt_length_penalty,
 )

@@ -22,10 +22,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vanilla_transformer
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import main as cli
-from vanilla_transformer.hub import _architecture_rows, model_card, push_to_hub, write_model_card
-from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training import paper_training_arguments
+from vanilla_transformer.cli.main import main as cli
+from vanilla_transformer.hub.card import _architecture_rows, model_card, push_to_hub, write_model_card
+from vanilla_transformer.training.tokenization import train_tokenizer
+from vanilla_transformer.training.trainer import paper_training_arguments
 
 
 SENTENCES = [
@@ -228,7 +228,7 @@ def test_card_from_training_run(run_dir):
     ({"bf16": False, "fp16": True}, "fp16 mixed precision (float32 weights)"),
 ])
 def test_card_names_the_precision_of_the_run(flags, precision):
-    from vanilla_transformer.hub import _recipe_rows
+    from vanilla_transformer.hub.card import _recipe_rows
 
     assert ("precision", precision) in _recipe_rows(VanillaTransformerConfig(), flags, None, {})
 
@@ -726,7 +726,7 @@ def test_card_marks_dropout_the_paper_does_not_have():
                                                           "the paper: Provilkov et al., 2020)"),
 ])
 def test_card_names_bpe_dropout_as_not_the_papers(training, row):
-    from vanilla_transformer.hub import _recipe_rows
+    from vanilla_transformer.hub.card import _recipe_rows
 
     rows = dict(_recipe_rows(VanillaTransformerConfig(), {}, None, training))
     assert rows.get("BPE-dropout") == row

@@ -44,9 +44,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import vanilla_transformer
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import main
-from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.translate import translate_lines
+from vanilla_transformer.cli.main import main
+from vanilla_transformer.training.tokenization import train_tokenizer
+from vanilla_transformer.inference.translate import translate_lines
 
 report = {}
 folder = Path(tempfile.mkdtemp())

@@ -8,7 +8,7 @@ import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
 from vanilla_transformer.extras import MissingExtraError
-from vanilla_transformer.metrics import score_translations
+from vanilla_transformer.inference.metrics import score_translations
 
 
 HYPOTHESES = [

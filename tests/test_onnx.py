@@ -21,10 +21,10 @@ if Version(torch.__version__).release < (2, 9):  # onnx_export.EXPORTER_TORCH
     pytest.skip("the ONNX export needs torch >= 2.9", allow_module_level=True)
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.backends import BACKENDS, InputTooLongError  # noqa: E402
-from vanilla_transformer.cli import main  # noqa: E402
-from vanilla_transformer.onnx_export import ONNX_FILES, export_onnx, quantize_int8  # noqa: E402
-from vanilla_transformer.onnx_model import VanillaTransformerORTForConditionalGeneration  # noqa: E402
+from vanilla_transformer.backends.table import BACKENDS, InputTooLongError  # noqa: E402
+from vanilla_transformer.cli.main import main  # noqa: E402
+from vanilla_transformer.backends.onnx_export import ONNX_FILES, export_onnx, quantize_int8  # noqa: E402
+from vanilla_transformer.backends.onnx_model import VanillaTransformerORTForConditionalGeneration  # noqa: E402
 
 
 MAX_POSITIONS = 64  # the exported position table: number words are short

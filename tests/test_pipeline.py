@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, pipeline
 from transformers.pipelines.pt_utils import KeyDataset
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.training.tokenization import train_tokenizer
 
 SENTENCES = [
     "A man in an orange hat starring at something.",

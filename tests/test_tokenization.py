@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.text_files import InvalidUTF8Error, read_lines
-from vanilla_transformer.tokenization import SPECIAL_TOKENS, BPEDropout, train_tokenizer
+from vanilla_transformer.training.tokenization import SPECIAL_TOKENS, BPEDropout, train_tokenizer
 
 
 CORPUS = [

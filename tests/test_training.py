@@ -16,7 +16,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.user_errors import UserError
-from vanilla_transformer.training import (
+from vanilla_transformer.training.trainer import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
     TrainingTimeBudget,
@@ -74,7 +74,7 @@ def test_fused_label_smoothed_loss_equals_transformers_label_smoother(num_items_
 
 
 def test_tokenize_pairs_drops_over_long_pairs_as_filter_long_pairs_does(corpus, tokenizer):
-    from vanilla_transformer.data import filter_long_pairs
+    from vanilla_transformer.training.data import filter_long_pairs
 
     train = corpus["train"]
     everything = train.map(tokenize_pairs(tokenizer, "en", "fr"), batched=True, batch_size=64,
@@ -298,7 +298,7 @@ def final_weights(folder):
 
 
 def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, tokenizer_dir, tmp_path):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "straight", "--max_steps", "6",
                        "--save_strategy", "no"))
@@ -324,8 +324,8 @@ import torch
 import transformers.modeling_utils
 from transformers import Trainer, TrainerState
 
-import vanilla_transformer.checkpoints
-from vanilla_transformer.cli import main
+import vanilla_transformer.training.checkpoints
+from vanilla_transformer.cli.main import main
 
 point, step, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 target = f"checkpoint-{step}{os.sep}{point}"
@@ -357,8 +357,8 @@ if point in ("step", "sigterm"):
         return training_step(self, *args, **kwargs)
     Trainer.training_step = step_or_kill
 elif point == "mark":
-    mark_complete = vanilla_transformer.checkpoints.mark_complete
-    vanilla_transformer.checkpoints.mark_complete = lambda path: kill() if path.name == f"checkpoint-{step}" else (
+    mark_complete = vanilla_transformer.training.checkpoints.mark_complete
+    vanilla_transformer.training.checkpoints.mark_complete = lambda path: kill() if path.name == f"checkpoint-{step}" else (
         mark_complete(path))
 else:
     transformers.modeling_utils.safe_save_file = cut_short(transformers.modeling_utils.safe_save_file)
@@ -372,7 +372,7 @@ main(argv)
 @pytest.fixture(scope="module")
 def uninterrupted_run(corpus, tokenizer_dir, tmp_path_factory):
     """The final weights of a 6-step run, never interrupted."""
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     folder = tmp_path_factory.mktemp("uninterrupted")
     main(train_command(folder, corpus, tokenizer_dir, folder / "run", "--max_steps", "6", "--save_strategy", "no"))
@@ -393,8 +393,8 @@ def uninterrupted_run(corpus, tokenizer_dir, tmp_path_factory):
 def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weights(
     point, step, continued_from, uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog
 ):
-    from vanilla_transformer.checkpoints import COMPLETE
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.training.checkpoints import COMPLETE
+    from vanilla_transformer.cli.main import main
 
     argv = train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "6", "--save_steps", "2")
     killed = subprocess.run([sys.executable, "-c", KILLED_TRAIN, point, str(step), *argv], capture_output=True,
@@ -402,7 +402,7 @@ def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weigh
     assert killed.returncode == -9, killed.stderr[-3000:]
     interrupted = tmp_path / "run" / f"checkpoint-{step}"
     assert point == "step" or interrupted.is_dir() and not (interrupted / COMPLETE).exists()
-    with caplog.at_level("INFO", logger="vanilla_transformer.train"):
+    with caplog.at_level("INFO", logger="vanilla_transformer.training.run"):
         main(argv)  # the same command again
     if continued_from:
         assert (f"holds a run this command started and did not finish: continuing it from "
@@ -421,7 +421,7 @@ def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weigh
 def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninterrupted_runs_weights(
     uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog, capsys
 ):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     run = tmp_path / "run"
     argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "100")
@@ -437,7 +437,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninte
     assert err == ("vanilla-transformer train: error: --warmup-steps 8 contradicts the run this command continues "
                    f"(unfinished), trained with --warmup-steps 4 ({run / 'run_arguments.json'}); leave the flag out to "
                    "continue the run as it was, or pass --overwrite-output-dir to replace it")
-    with caplog.at_level("INFO", logger="vanilla_transformer.train"):
+    with caplog.at_level("INFO", logger="vanilla_transformer.training.run"):
         main(argv)
     assert f"continuing it from {run / 'checkpoint-3'}, its newest complete checkpoint (step 3)" in caplog.text
     resumed = final_weights(run)
@@ -451,7 +451,7 @@ def test_a_full_disk_stops_train_in_one_line_and_the_same_command_continues(
     import shutil
     from collections import namedtuple
 
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     run = tmp_path / "run"
     argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "2")
@@ -482,8 +482,8 @@ def test_a_full_disk_stops_train_in_one_line_and_the_same_command_continues(
 
 def test_resume_refuses_an_incomplete_checkpoint_or_one_without_its_training_state(corpus, tokenizer_dir, tmp_path,
                                                                                   capsys, caplog):
-    from vanilla_transformer.checkpoints import mark_complete
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.training.checkpoints import mark_complete
+    from vanilla_transformer.cli.main import main
 
     run = tmp_path / "run"
     main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "4", "--save_steps", "2"))
@@ -502,7 +502,7 @@ def test_resume_refuses_an_incomplete_checkpoint_or_one_without_its_training_sta
     assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run / 'checkpoint-2'} has no "
                    "optimizer state and random generator states: the resumed run would not match an uninterrupted "
                    "one; pass --resume-weights-only to go on with what it holds")
-    with caplog.at_level("INFO", logger="vanilla_transformer.train"):
+    with caplog.at_level("INFO", logger="vanilla_transformer.training.run"):
         main(["train", "--resume-from-checkpoint", "auto", "--output-dir", str(run), "--resume-weights-only",
               "--max_steps", "3", "--disable_tqdm", "true"])
     assert (f"resuming from {run / 'checkpoint-2'}, the newest complete checkpoint of {run} (step 2)") in caplog.text
@@ -516,9 +516,9 @@ def test_the_trainer_writes_trainer_state_json_last_in_a_checkpoint(corpus, toke
     """What judging an unmarked checkpoint by its trainer_state.json relies on (checkpoints.checkpoint_problem)."""
     from transformers import TrainerState
 
-    from vanilla_transformer.checkpoints import COMPLETE
-    from vanilla_transformer.cli import main
-    from vanilla_transformer.training import TrainingClock
+    from vanilla_transformer.training.checkpoints import COMPLETE
+    from vanilla_transformer.cli.main import main
+    from vanilla_transformer.training.trainer import TrainingClock
 
     present = {}
     save_to_json = TrainerState.save_to_json
@@ -540,11 +540,11 @@ def test_the_trainer_writes_trainer_state_json_last_in_a_checkpoint(corpus, toke
 def test_one_train_command_per_output_folder_until_the_holder_dies(corpus, tokenizer_dir, tmp_path, capsys):
     import socket
 
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     run = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom vanilla_transformer.run_lock import run_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom vanilla_transformer.training.run_lock import run_lock\n"
          "with run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)", str(run)],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -566,8 +566,8 @@ def test_the_card_of_a_resumed_run_reports_its_data_languages_whole_training_tim
         corpus, tokenizer_dir, tmp_path):
     """run_arguments.json records the data (file names with their pairs), the hardware and, across resumes, the steps
     and training time; `model-card` on the folder reports them without a results file or TensorBoard logs."""
-    from vanilla_transformer.cli import main
-    from vanilla_transformer.hub import model_card
+    from vanilla_transformer.cli.main import main
+    from vanilla_transformer.hub.card import model_card
 
     run = tmp_path / "run"
     main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "2", "--save_steps", "2"))
@@ -599,7 +599,7 @@ def training_hardware() -> str:
 
 def test_a_resumed_run_refuses_flags_that_contradict_the_run_and_its_checkpoint(corpus, tokenizer_dir, tmp_path,
                                                                               capsys):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     run = tmp_path / "run"
     main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "1", "--save_steps", "1"))
@@ -622,7 +622,7 @@ def test_a_resumed_run_refuses_flags_that_contradict_the_run_and_its_checkpoint(
 def test_time_budget_stops_with_a_checkpoint_and_the_same_weights_as_a_run_planned_that_short(
     corpus, tokenizer_dir, tmp_path
 ):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     # A budget spent by the end of the first step: the run stops there, writes checkpoint-1 although it planned
     # 6 steps and no checkpoint, and (the schedule not depending on max_steps) equals a run planned for 1 step.
@@ -641,7 +641,7 @@ def test_time_budget_stops_with_a_checkpoint_and_the_same_weights_as_a_run_plann
 
 
 def test_bpe_dropout_run_resumed_mid_epoch_ends_with_the_weights_of_an_uninterrupted_one(corpus, tokenizer_dir, tmp_path):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     # ~2,048-token batches: about 7 an epoch, so the 8 steps cross an epoch boundary after the resumption at step 3.
     run = lambda name, *extra: main(train_command(  # noqa: E731
@@ -663,7 +663,7 @@ def test_bpe_dropout_run_resumed_mid_epoch_ends_with_the_weights_of_an_uninterru
 
 
 def test_bpe_dropout_needs_token_batches(corpus, tokenizer_dir, tmp_path, capsys):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--bpe_dropout", "0.1",
@@ -690,7 +690,7 @@ def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpu
     result = subprocess.run(ddp, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "single", *common,
                        "--gradient_accumulation_steps", "2"))
@@ -721,8 +721,8 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
     """The Multi30k cpu recipe's precision and kernel: --bf16 --use_cpu autocasts the products to bfloat16 (losses
     close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one. On a
     CPU the command keeps the memory a step frees for the next (cpu_training.py, `keep_memory`)."""
-    from vanilla_transformer import train
-    from vanilla_transformer.train import main
+    from vanilla_transformer.training import run as train
+    from vanilla_transformer.training.run import main
 
     kept = []
     monkeypatch.setattr(train, "keep_freed_memory", lambda: kept.append(True) or True)
@@ -747,7 +747,7 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
 
 
 def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
-    from vanilla_transformer.train import parse_arguments
+    from vanilla_transformer.training.run import parse_arguments
 
     model_args, data_args, recipe_args, args, is_demo = parse_arguments([])
     assert is_demo and args.output_dir == "outputs/number-words-en-fr" and model_args.d_model == 128
@@ -762,7 +762,7 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
 def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
     """On a CPU: exact lengths, no compilation, batches collated in the training process. On a CUDA GPU: bucketed
     shapes, a compiled model, two persistent dataloader workers. Fused Adam on both."""
-    from vanilla_transformer import train
+    from vanilla_transformer.training import run as train
 
     own_data = ["--train_file", "pairs.tsv", "--output_dir", "out"]
     trains_on_gpu = train.trains_on_gpu
@@ -796,7 +796,7 @@ def test_command_logs_the_model_in_one_short_line_and_no_pin_memory_warning_on_a
     import logging
     import warnings
 
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     if torch.cuda.is_available():
         pytest.skip("pinned memory applies where CUDA is")
@@ -813,7 +813,7 @@ def test_command_logs_the_model_in_one_short_line_and_no_pin_memory_warning_on_a
 
 
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
-    from vanilla_transformer.train import load_data, parse_arguments
+    from vanilla_transformer.training.run import load_data, parse_arguments
 
     pairs = write_tsv(corpus, tmp_path / "pairs.tsv")
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
@@ -831,7 +831,7 @@ def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
 
 @pytest.mark.parametrize("with_generate", [True, False])
 def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_generate, corpus, tokenizer_dir, tmp_path):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
     sources.write_text("one\n", encoding="utf-8")
@@ -854,7 +854,7 @@ def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_gener
 def test_validation_decodes_greedily_and_the_test_with_the_models_generation_config(tokenizer, tokenized, tmp_path):
     """By default of the command: validation BLEU greedy and at most source + 20 tokens (VALIDATION_DECODING), the test
     set with section 6.1's beam 4 up to source + 50 (the model's generation config)."""
-    from vanilla_transformer.training import VALIDATION_DECODING
+    from vanilla_transformer.training.trainer import VALIDATION_DECODING
 
     model = small_model(tokenizer)
     calls = []
@@ -880,7 +880,7 @@ def test_command_reports_test_results_and_writes_a_model_card(corpus, tokenizer_
     from huggingface_hub import ModelCard
     from transformers import pipeline
 
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
     test_pairs = corpus["test"]["translation"][:6]
@@ -915,7 +915,7 @@ def old_run(folder: Path) -> Path:
 
 def train_error(argv, capsys) -> str:
     """The one line `main(argv)` prints on standard error when it stops with exit status 2."""
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -966,7 +966,7 @@ def test_every_flag_is_checked_before_the_old_run_or_its_tokenizer_is_touched(co
 
 
 def test_flags_are_checked_before_the_data_is_loaded(tmp_path, capsys, monkeypatch):
-    import vanilla_transformer.train as train
+    import vanilla_transformer.training.run as train
 
     def load_data(*args, **kwargs):
         pytest.fail("the data was loaded before the flags were checked")
@@ -1003,7 +1003,7 @@ def test_a_bad_data_line_is_one_line_without_a_traceback(corpus, tokenizer_dir, 
 
 
 def test_overwrite_output_dir_replaces_the_old_run(corpus, tokenizer_dir, tmp_path):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     out = old_run(tmp_path / "out")
     main(train_command(tmp_path, corpus, tokenizer_dir, out, "--max_steps", "1", "--save_steps", "1",

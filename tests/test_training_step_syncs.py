@@ -11,10 +11,10 @@ import torch
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
 
 import vanilla_transformer
-import vanilla_transformer.train as train_command
+import vanilla_transformer.training.run as train_command
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer
-from vanilla_transformer.training import (
+from vanilla_transformer.training.cpu_speedups import CPU_SPEEDUPS, CPUSeq2SeqTrainer
+from vanilla_transformer.training.trainer import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
     TokenIdCheckingCollator,

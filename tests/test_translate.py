@@ -15,11 +15,11 @@ import torch
 from conftest import tiny_config_for
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import _target_lang, main
-from vanilla_transformer.metrics import score_translations
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.cli.main import _target_lang, main
+from vanilla_transformer.inference.metrics import score_translations
+from vanilla_transformer.training.tokenization import train_tokenizer
 from vanilla_transformer.text_files import InvalidUTF8Error, iter_lines, read_lines
-from vanilla_transformer.translate import translate_lines
+from vanilla_transformer.inference.translate import translate_lines
 
 
 TOKENIZER_TEXT = [
@@ -301,7 +301,7 @@ def test_evaluate_refuses_unaligned_or_empty_files(model_dir, tmp_path, capsys, 
 
 def refuse_to_translate(monkeypatch):
     """Loading a model fails the test: the command must stop before."""
-    from vanilla_transformer import backends
+    from vanilla_transformer.backends import table as backends
 
     monkeypatch.setitem(backends.BACKENDS, "torch", lambda *args: pytest.fail("the model was loaded"))
 
@@ -368,7 +368,7 @@ def test_what_a_killed_command_left_beside_its_output_is_removed_by_the_next(tmp
 
 def in_chunks_of(size, monkeypatch) -> list[int]:
     """Make the commands translate `size` lines at a time; the sizes of the chunks translated are recorded."""
-    from vanilla_transformer import translate as translate_module
+    from vanilla_transformer.inference import translate as translate_module
 
     sizes, translate_in_chunks = [], translate_module.translate_in_chunks
 
@@ -397,7 +397,7 @@ def test_translate_command_translates_a_chunk_at_a_time_in_input_order(
 
 
 def test_an_interrupted_translation_leaves_the_old_output(model_dir, tmp_path, monkeypatch, capsys):
-    from vanilla_transformer import backends
+    from vanilla_transformer.backends import table as backends
 
     in_chunks_of(2, monkeypatch)
     load = backends.BACKENDS["torch"]

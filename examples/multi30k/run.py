@@ -33,12 +33,12 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig 
 from transformers.hf_argparser import string_to_bool  # noqa: E402
 
 from vanilla_transformer import text_files  # noqa: E402
-from vanilla_transformer.attention_plots import attention_weights, plot_attention  # noqa: E402
-from vanilla_transformer.averaging import average_checkpoints, find_checkpoints  # noqa: E402
-from vanilla_transformer.backends import torch_translator  # noqa: E402
-from vanilla_transformer.hub import write_model_card  # noqa: E402
-from vanilla_transformer.metrics import score_translations  # noqa: E402
-from vanilla_transformer.train import main as train  # noqa: E402
+from vanilla_transformer.inference.attention_plots import attention_weights, plot_attention  # noqa: E402
+from vanilla_transformer.training.averaging import average_checkpoints, find_checkpoints  # noqa: E402
+from vanilla_transformer.backends.table import torch_translator  # noqa: E402
+from vanilla_transformer.hub.card import write_model_card  # noqa: E402
+from vanilla_transformer.inference.metrics import score_translations  # noqa: E402
+from vanilla_transformer.training.run import main as train  # noqa: E402
 
 # An hour on 2 CPU cores: checkpoints every 100 steps, 60 minutes as a guard, bf16 with eager attention (docs/speed.md).
 CPU_HOUR = ["--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",

@@ -2,9 +2,9 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .pipeline_vanilla_transformer import TranslationPipeline, register_pipelines
-from .modeling_vanilla_transformer import (
+from .model.configuration_vanilla_transformer import VanillaTransformerConfig
+from .model.pipeline_vanilla_transformer import TranslationPipeline, register_pipelines
+from .model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,

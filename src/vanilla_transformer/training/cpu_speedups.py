@@ -27,8 +27,8 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 from transformers.utils import is_torchdynamo_compiling
 
-from .extras import require
-from .training import TokenBatchSeq2SeqTrainer, label_smoothed_cross_entropy
+from ..extras import require
+from .trainer import TokenBatchSeq2SeqTrainer, label_smoothed_cross_entropy
 
 ConvertOutputsToFp32 = require("accelerate.utils.operations", extra="train").ConvertOutputsToFp32
 logger = logging.getLogger(__name__)

@@ -29,10 +29,10 @@ from torch import nn
 from transformers import AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .ctranslate2_export import check_export
-from .extras import MissingExtraError, require
-from .text_files import output_folder
-from .modeling_vanilla_transformer import (
+from .ctranslate2 import check_export
+from ..extras import MissingExtraError, require
+from ..text_files import output_folder
+from ..model.modeling_vanilla_transformer import (
     SinusoidalPositionalEncoding,
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,

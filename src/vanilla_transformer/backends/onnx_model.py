@@ -20,13 +20,13 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .extras import require
-from .generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
-from .modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..extras import require
+from ..model.generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
+from ..model.modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
 from .onnx_export import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES, cache_names
-from .translate import InputTooLongError
-from .user_errors import not_exported
+from ..inference.translate import InputTooLongError
+from ..user_errors import not_exported
 
 
 ort = require("onnxruntime", extra="onnx")

@@ -2,7 +2,7 @@
 magnitude, the numbers below 1,000 seen in training (the `seen` split) scored apart, the wrong translations, and the
 same in the model card's results. The `train` command adds these to its test report when it runs the demo."""
 
-from .number_words import describe_training
+from .corpus import describe_training
 
 
 def print_pair(pair: dict, hypothesis: str, source_lang: str, target_lang: str) -> None:

@@ -24,7 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, complete_checkpoints
-from .text_files import output_folder
+from ..text_files import output_folder
 
 
 # Files of a Trainer checkpoint that are not copied next to the average: other weights and the state to resume training.

@@ -31,7 +31,7 @@ from transformers import (
 )
 from transformers.hf_argparser import string_to_bool
 
-from .user_errors import (
+from ..user_errors import (
     CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, disk_message, disk_problem,
     user_errors,
 )
@@ -40,20 +40,20 @@ from .checkpoints import (
     checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
     weights_problem,
 )
-from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .cpu_training import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
+from ..model.configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .cpu_speedups import CPU_SPEEDUPS, CPUSeq2SeqTrainer, keep_freed_memory
 from .data import (
     default_num_proc, load_parallel_corpus, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
 )
-from .extras import require
-from .hub import recorded_run, write_model_card
-from .metrics import score_translations
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from . import number_words_report
-from .number_words import number_words_corpus
+from ..extras import require
+from ..hub.card import recorded_run, write_model_card
+from ..inference.metrics import score_translations
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..demo import report as number_words_report
+from ..demo.corpus import number_words_corpus
 from .run_lock import FolderInUseError, check_unlocked, run_lock
 from .tokenization import SMALLEST_VOCAB_SIZE, train_tokenizer
-from .training import (
+from .trainer import (
     PAPER_RECIPE,
     VALIDATION_DECODING,
     BPEDropoutDataset,

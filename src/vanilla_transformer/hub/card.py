@@ -54,10 +54,10 @@ import torch
 from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
 from transformers import AutoTokenizer, GenerationConfig
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .extras import require
-from .text_files import output_file
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..extras import require
+from ..text_files import output_file
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 
 CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")

@@ -30,10 +30,10 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
-from .batching import ResegmentedTokenBatchSampler, TokenBatchSampler
+from ..inference.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .checkpoints import MarkCompleteCheckpoints
-from .user_errors import Preempted
-from .metrics import score_translations
+from ..user_errors import Preempted
+from ..inference.metrics import score_translations
 from .tokenization import BPEDropout
 
 

@@ -21,11 +21,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from .batching import length_sorted_batches
-from .extras import require
-from .generation_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
-from .translate import InputTooLongError, tokenize_lines, translate_lines
-from .user_errors import not_exported
+from ..inference.batching import length_sorted_batches
+from ..extras import require
+from ..model.generation_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
+from ..inference.translate import InputTooLongError, tokenize_lines, translate_lines
+from ..user_errors import not_exported
 
 
 PathLike = str | os.PathLike

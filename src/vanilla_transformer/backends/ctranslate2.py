@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from .extras import require
-from .text_files import output_folder
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
+from ..extras import require
+from ..text_files import output_folder
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
 
 
 # Weight types CTranslate2 stores, its `ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; named here so that the

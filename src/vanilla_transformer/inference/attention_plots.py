@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .extras import require
+from ..extras import require
 
 
 if TYPE_CHECKING:

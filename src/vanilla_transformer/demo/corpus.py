@@ -9,7 +9,7 @@ held out at random. Exact match on the held-out numbers measures generalisation,
 import random
 from collections import Counter
 
-from .extras import require
+from ..extras import require
 
 
 datasets = require("datasets", extra="train")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from .extras import require
+from ..extras import require
 
 
 # How `score_translations` reports the BLEU of `moses_lang`.

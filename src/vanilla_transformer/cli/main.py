@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from .extras import MissingExtraError, require
-from .user_errors import (
+from ..extras import MissingExtraError, require
+from ..user_errors import (
     CommandParser,
     Preempted,
     UserError,
@@ -38,8 +38,8 @@ from .user_errors import (
 
 
 def average_command(argv: list[str]) -> None:
-    from .averaging import average_checkpoints, find_checkpoints
-    from .checkpoints import complete_checkpoints
+    from ..training.averaging import average_checkpoints, find_checkpoints
+    from ..training.checkpoints import complete_checkpoints
 
     parser = CommandParser(
         prog="vanilla-transformer average",
@@ -61,7 +61,7 @@ def average_command(argv: list[str]) -> None:
 
 
 def train_command(argv: list[str]) -> None:
-    from .train import main
+    from ..training.run import main
 
     main(argv)
 
@@ -81,7 +81,7 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
 
 def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> dict:
     """The card facts (`hub.read_card_facts`), after checking the folders and the results file they come from."""
-    from .hub import read_card_facts
+    from ..hub.card import read_card_facts
 
     check_model(args.model, weights=weights, tokenizer=tokenizer, hub=False)
     if tokenizer:  # a folder shared with its tokenizer: the two must fit
@@ -95,7 +95,7 @@ def _check_card_arguments(args: argparse.Namespace, results: str | None, weights
 
 
 def model_card_command(argv: list[str]) -> None:
-    from .hub import write_model_card
+    from ..hub.card import write_model_card
 
     parser = CommandParser(
         prog="vanilla-transformer model-card",
@@ -115,7 +115,7 @@ def model_card_command(argv: list[str]) -> None:
 
 
 def push_command(argv: list[str]) -> None:
-    from .hub import push_to_hub
+    from ..hub.card import push_to_hub
 
     parser = CommandParser(
         prog="vanilla-transformer push",
@@ -181,8 +181,8 @@ def _check_hub_for_push() -> None:
 
 def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
-    from .hub import write_repository
-    from .text_files import output_folder
+    from ..hub.card import write_repository
+    from ..text_files import output_folder
 
     out = Path(args.dry_run)
     if out.exists() and not out.is_dir():
@@ -230,7 +230,7 @@ def _device(text: str) -> str:
 
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    from .backends import BACKENDS
+    from ..backends.table import BACKENDS
 
     parser.add_argument(
         "--model",
@@ -269,7 +269,7 @@ def _translator(args: argparse.Namespace):
     """The backend's translate function for the model folder, with the command's decoding options bound."""
     import torch
 
-    from .backends import BACKENDS
+    from ..backends.table import BACKENDS
 
     torch_backend = args.backend == "torch"
     if args.compile and not torch_backend:
@@ -294,7 +294,7 @@ def _translator(args: argparse.Namespace):
 
 def _read_lines(path: str) -> list[str]:
     """The lines of `path`; an unreadable file or a bad byte is a `UserError` naming the file (and line)."""
-    from .text_files import InvalidUTF8Error, read_lines
+    from ..text_files import InvalidUTF8Error, read_lines
 
     with user_errors(OSError, EOFError, InvalidUTF8Error, path=path):
         return read_lines(path)
@@ -308,9 +308,9 @@ def _one_line(translation: str) -> str:
 def translate_command(argv: list[str]) -> None:
     from tqdm.auto import tqdm
 
-    from .backends import InputTooLongError
-    from .text_files import InvalidUTF8Error, iter_lines, output_file
-    from .translate import translate_in_chunks
+    from ..backends.table import InputTooLongError
+    from ..text_files import InvalidUTF8Error, iter_lines, output_file
+    from ..inference.translate import translate_in_chunks
 
     parser = CommandParser(
         prog="vanilla-transformer translate",
@@ -340,9 +340,9 @@ def translate_command(argv: list[str]) -> None:
 
 
 def evaluate_command(argv: list[str]) -> None:
-    from .backends import InputTooLongError
-    from .metrics import LC_MOSES_BLEU_NAME, score_translations
-    from .text_files import output_file
+    from ..backends.table import InputTooLongError
+    from ..inference.metrics import LC_MOSES_BLEU_NAME, score_translations
+    from ..text_files import output_file
 
     parser = CommandParser(
         prog="vanilla-transformer evaluate",
@@ -464,7 +464,7 @@ def _target_lang(args: argparse.Namespace) -> str:
 def plot_attention_command(argv: list[str]) -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from .attention_plots import KINDS, attention_weights, plot_attention
+    from ..inference.attention_plots import KINDS, attention_weights, plot_attention
 
     parser = CommandParser(
         prog="vanilla-transformer plot-attention",
@@ -533,7 +533,7 @@ def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpa
 
 
 def export_ct2_command(argv: list[str]) -> None:
-    from .ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+    from ..backends.ctranslate2 import QUANTIZATIONS, export_ctranslate2
 
     parser = _export_parser(
         "vanilla-transformer export-ct2",
@@ -552,7 +552,7 @@ def export_ct2_command(argv: list[str]) -> None:
 
 
 def export_onnx_command(argv: list[str]) -> None:
-    from .onnx_export import QUANTIZATIONS, export_onnx
+    from ..backends.onnx_export import QUANTIZATIONS, export_onnx
 
     parser = _export_parser(
         "vanilla-transformer export-onnx",

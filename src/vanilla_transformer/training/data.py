@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .extras import require
-from .text_files import iter_lines
+from ..extras import require
+from ..text_files import iter_lines
 
 
 datasets = require("datasets", extra="train")
