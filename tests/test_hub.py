@@ -428,7 +428,7 @@ def test_push_uploads_one_complete_repo(run_dir, saved_model, hub):
     assert REQUIRED_FILES <= set(files)
     for name in set(files) - {"README.md"}:
         assert files[name] == (saved_model / name).read_bytes(), name
-    package_dir = os.path.dirname(vanilla_transformer.__file__)
+    package_dir = os.path.join(os.path.dirname(vanilla_transformer.__file__), "model")
     for name in [name for name in files if name.endswith(".py")]:
         assert files[name] == open(os.path.join(package_dir, name), "rb").read(), name
 
