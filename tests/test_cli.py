@@ -13,7 +13,7 @@ import huggingface_hub
 import pytest
 
 from vanilla_transformer.cli.main import COMMANDS, main
-from vanilla_transformer.user_errors import UserError
+from vanilla_transformer.errors import UserError
 
 
 def test_help_lists_every_command_with_its_summary(capsys):
@@ -374,7 +374,7 @@ def test_without_a_network_a_cached_model_is_pointed_to_offline_mode(tmp_path, c
 
 
 def test_in_offline_mode_nothing_is_requested(tmp_path, capsys, monkeypatch, no_network):
-    from vanilla_transformer.user_errors import check_model
+    from vanilla_transformer.hub.reachability import check_model
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -392,7 +392,7 @@ def test_in_offline_mode_nothing_is_requested(tmp_path, capsys, monkeypatch, no_
 
 def test_a_hub_that_does_not_answer_is_given_up_on(monkeypatch):
     """A name lookup that hangs is not bounded by the HTTP library's timeout: the probe waits for it only so long."""
-    from vanilla_transformer.user_errors import hub_unreachable
+    from vanilla_transformer.hub.reachability import hub_unreachable
 
     release = threading.Event()
 

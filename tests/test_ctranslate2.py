@@ -12,7 +12,8 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.backends.table import BACKENDS  # noqa: E402
 from vanilla_transformer.cli.main import main  # noqa: E402
-from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS, export_ctranslate2, transformer_spec_of  # noqa: E402
+from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS  # noqa: E402
+from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2, transformer_spec_of  # noqa: E402
 from vanilla_transformer.model.generation_vanilla_transformer import gnmt_length_penalty  # noqa: E402
 from vanilla_transformer.training.tokenization import train_tokenizer  # noqa: E402
 

@@ -21,10 +21,12 @@ if Version(torch.__version__).release < (2, 9):  # onnx_export.EXPORTER_TORCH
     pytest.skip("the ONNX export needs torch >= 2.9", allow_module_level=True)
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.backends.table import BACKENDS, InputTooLongError  # noqa: E402
+from vanilla_transformer.backends.table import BACKENDS  # noqa: E402
 from vanilla_transformer.cli.main import main  # noqa: E402
-from vanilla_transformer.backends.onnx_export import ONNX_FILES, export_onnx, quantize_int8  # noqa: E402
-from vanilla_transformer.backends.onnx_model import VanillaTransformerORTForConditionalGeneration  # noqa: E402
+from vanilla_transformer.backends.onnx import ONNX_FILES  # noqa: E402
+from vanilla_transformer.backends.onnx.export import export_onnx, quantize_int8  # noqa: E402
+from vanilla_transformer.backends.onnx.model import VanillaTransformerORTForConditionalGeneration  # noqa: E402
+from vanilla_transformer.errors import InputTooLongError  # noqa: E402
 
 
 MAX_POSITIONS = 64  # the exported position table: number words are short

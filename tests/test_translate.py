@@ -15,7 +15,8 @@ import torch
 from conftest import tiny_config_for
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli.main import _target_lang, main
+from vanilla_transformer.cli.main import main
+from vanilla_transformer.cli.translate import _target_lang
 from vanilla_transformer.inference.metrics import score_translations
 from vanilla_transformer.training.tokenization import train_tokenizer
 from vanilla_transformer.text_files import InvalidUTF8Error, iter_lines, read_lines

@@ -1,28 +1,42 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model."""
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model.
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+`import vanilla_transformer` makes the Auto classes and `pipeline("translation")` know the model (`model/__init__.py`).
+When the `vanilla-transformer` command started the process (`vanilla_transformer_cli`), this stays lazy instead, so
+that `--help` imports neither torch nor transformers: the public names are imported when first used, and the command
+imports `model/` before it loads or saves a model.
+"""
 
-from .model.configuration_vanilla_transformer import VanillaTransformerConfig
-from .model.pipeline_vanilla_transformer import TranslationPipeline, register_pipelines
-from .model.modeling_vanilla_transformer import (
-    VanillaTransformerForConditionalGeneration,
-    VanillaTransformerModel,
-    VanillaTransformerPreTrainedModel,
-)
+import importlib
+import sys
 
 __version__ = "0.1.0"
 
-# Importing the package makes the Auto classes know the model; `register_for_auto_class` makes `save_pretrained`
-# write `auto_map` and copy these two code files, so a saved folder also loads with `trust_remote_code=True`.
-AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
-AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
-AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
-VanillaTransformerConfig.register_for_auto_class()
-VanillaTransformerModel.register_for_auto_class("AutoModel")
-VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-# transformers 5 dropped the translation pipelines; this brings back "translation", "translation_xx_to_yy" (for
-# models whose config names the pair) and "text2text-generation" for every sequence-to-sequence model.
-register_pipelines()
+# Each public name and the module that defines it.
+PUBLIC_NAMES = {
+    "VanillaTransformerConfig": ".model.configuration_vanilla_transformer",
+    "VanillaTransformerForConditionalGeneration": ".model.modeling_vanilla_transformer",
+    "VanillaTransformerModel": ".model.modeling_vanilla_transformer",
+    "VanillaTransformerPreTrainedModel": ".model.modeling_vanilla_transformer",
+    "TranslationPipeline": ".model.pipeline_vanilla_transformer",
+}
+
+
+def __getattr__(name: str):
+    if name not in PUBLIC_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(PUBLIC_NAMES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+if "vanilla_transformer_cli" not in sys.modules:
+    from .model.configuration_vanilla_transformer import VanillaTransformerConfig
+    from .model.modeling_vanilla_transformer import (
+        VanillaTransformerForConditionalGeneration,
+        VanillaTransformerModel,
+        VanillaTransformerPreTrainedModel,
+    )
+    from .model.pipeline_vanilla_transformer import TranslationPipeline
 
 __all__ = [
     "VanillaTransformerConfig",

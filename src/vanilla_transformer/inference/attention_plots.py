@@ -12,14 +12,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
 from ..extras import require
 
-
+# torch and transformers are imported where the weights are computed: the command line lists KINDS without them.
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 KINDS = {
@@ -30,7 +28,7 @@ KINDS = {
 
 
 def attention_weights(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source: str, translation: str | None = None
+    model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", source: str, translation: str | None = None
 ) -> dict:
     """
     The attention weights of every layer and head for `source` and its `translation` (default: the model's own,
@@ -47,6 +45,8 @@ def attention_weights(
     Only the eager attention kernel forms the weights (sdpa and flash attention never do), so the model runs with
     it for this pass, in eval mode; its attention implementation and mode are restored afterwards.
     """
+    import torch
+
     was_training, implementation = model.training, model.config._attn_implementation
     model.eval()
     try:
@@ -79,7 +79,7 @@ def attention_weights(
     }
 
 
-def readable_tokens(tokenizer: PreTrainedTokenizerBase, ids) -> list[str]:
+def readable_tokens(tokenizer: "PreTrainedTokenizerBase", ids) -> list[str]:
     """Each token as the text it decodes to, a space shown as "▁" ("Ġcat" of byte-level BPE becomes "▁cat") and other
     invisible characters escaped ("\\t"). A token holding part of a multi-byte character has no text of its own and is
     shown as the tokenizer spells it."""

@@ -1,6 +1,6 @@
 """Translate lines of text with a model in memory: `translate_lines` batches sentences of similar length for
 `generate()` and gives the translations back in input order; `translate_in_chunks` does the same for a stream of any
-length, a chunk at a time. `tokenize_lines` is the first step of every backend (`backends.py` runs model folders with
+length, a chunk at a time. `tokenize_lines` is the first step of every backend (`backends/` runs model folders with
 PyTorch or CTranslate2 for `vanilla-transformer translate` and `evaluate`).
 """
 
@@ -19,11 +19,6 @@ from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, co
 
 
 logger = logging.getLogger(__name__)
-
-
-class InputTooLongError(RuntimeError):
-    """A source or output longer than the position table an `export-ct2` or `export-onnx` folder stores (its
-    `--max-positions`); raised by the `ct2` and `onnx` backends (`backends.py`)."""
 
 
 def translate_lines(
@@ -182,4 +177,4 @@ def _warn_long_lines(numbered_lengths: list[tuple[int, int]], limit: int) -> Non
     )
 
 
-__all__ = ["CHUNK_LINES", "InputTooLongError", "tokenize_lines", "translate_in_chunks", "translate_lines"]
+__all__ = ["CHUNK_LINES", "tokenize_lines", "translate_in_chunks", "translate_lines"]

@@ -103,7 +103,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         # Where the package is imported its pipelines are registered with transformers, and a saved folder's
         # `custom_pipelines` (for loading without the package, see `to_dict`) must not send `pipeline()` to remote code.
         custom_pipelines = kwargs.pop("custom_pipelines", None)
-        if custom_pipelines and not pipelines_registered(self.source_lang, self.target_lang):
+        if custom_pipelines and not pipelines_registered():
             kwargs["custom_pipelines"] = custom_pipelines
         super().__post_init__(**kwargs)
         self._check_values()
@@ -184,15 +184,11 @@ def hub_pipeline_tasks(source_lang: str | None, target_lang: str | None) -> dict
     }
 
 
-def pipelines_registered(source_lang: str | None, target_lang: str | None) -> bool:
-    """Whether `vanilla_transformer` registered its pipelines with transformers; if so, registers this config's language
-    pair too (`pipeline("translation_en_to_de", model=DIR)` reads the config before it looks the task up)."""
-    from .pipeline_vanilla_transformer import register_language_pair, registered
+def pipelines_registered() -> bool:
+    """Whether `vanilla_transformer` registered its pipelines with transformers in this process."""
+    from .pipeline_vanilla_transformer import registered
 
-    if registered():
-        register_language_pair(source_lang, target_lang)
-        return True
-    return False
+    return registered()
 
 
 __all__ = ["VanillaTransformerConfig"]

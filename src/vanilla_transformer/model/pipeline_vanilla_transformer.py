@@ -1,11 +1,11 @@
 """`pipeline("translation")` and `pipeline("text2text-generation")` for sequence-to-sequence models.
 
 transformers 5 removed these two tasks (and `translation_xx_to_yy`). This file brings them back for translation
-models through `PIPELINE_REGISTRY.register_pipeline`: importing `vanilla_transformer` registers them, and reading a
-model's config registers its language pair (`translation_en_to_de`); `pipeline(task, model=DIR)` reads the config
-before it looks the task up. A saved model folder lists the same tasks in its config's `custom_pipelines`, so
-`pipeline("translation", model=DIR, trust_remote_code=True)` also works where the package is not installed. It imports
-only transformers, as remote code must.
+models through `PIPELINE_REGISTRY.register_pipeline`: importing `vanilla_transformer` registers them, and
+`pipeline("translation_en_to_de", model=DIR)` registers the language pair it names as it looks the task up; the
+pipeline then checks the pair against its model's config. A saved model folder lists the same tasks in its config's
+`custom_pipelines`, so `pipeline("translation", model=DIR, trust_remote_code=True)` also works where the package is
+not installed. It imports only transformers, as remote code must.
 """
 
 import re
@@ -80,7 +80,9 @@ class TranslationPipeline(Text2TextGenerationPipeline):
         super().__init__(*args, **kwargs)
         asked = language_pair(self.task)
         trained = (getattr(self.model.config, "source_lang", None), getattr(self.model.config, "target_lang", None))
-        if asked and all(trained) and asked != trained:
+        if asked and not all(trained):  # as transformers says of a task it does not know
+            raise KeyError(wrong_pair_message(self.task, trained))
+        if asked and asked != trained:
             raise ValueError(wrong_pair_message(self.task, trained))
 
 
@@ -109,15 +111,9 @@ def wrong_pair_message(task: str, trained: tuple[str | None, str | None] | None)
             "use pipeline(\"translation\"), which translates as the model was trained")
 
 
-# The language pair of the last vanilla-transformer config read (None: it named none). `pipeline(task, model=DIR)`
-# reads the model's config just before it looks the task up, so an unknown `translation_xx_to_yy` is most likely a
-# pair that model does not translate.
-_last_pair: tuple[str | None, str | None] | None = None
-
-
-def _check_task_naming_the_models_pair(check_task):
-    """`PIPELINE_REGISTRY.check_task`, whose `KeyError` for an unknown `translation_xx_to_yy` task names the pair the
-    model translates (transformers' own lists every task it knows)."""
+def _check_task_registering_language_pairs(check_task):
+    """`PIPELINE_REGISTRY.check_task`, which registers a `translation_xx_to_yy` task it does not know yet for
+    `TranslationPipeline`: the pipeline, made with its model, says whether the model translates that pair."""
 
     def check(task: str):
         try:
@@ -125,15 +121,16 @@ def _check_task_naming_the_models_pair(check_task):
         except KeyError:
             if language_pair(task) is None:
                 raise
-            raise KeyError(wrong_pair_message(task, _last_pair)) from None
+            register(task, TranslationPipeline)
+            return check_task(task)
 
-    check.names_the_models_pair = True
+    check.registers_language_pairs = True
     return check
 
 
 def register_pipelines():
     """Make `pipeline("translation" | "text2text-generation")` available again in this process (done by
-    `import vanilla_transformer`); `translation_xx_to_yy` follows with each config that names the pair."""
+    `import vanilla_transformer`); `translation_xx_to_yy` is registered when a pipeline is made for it."""
     from transformers.pipelines import REMOVED_TASKS
 
     for task, pipeline_class in PIPELINE_TASKS.items():
@@ -143,16 +140,8 @@ def register_pipelines():
         register(task, pipeline_class)
     from transformers.pipelines import PIPELINE_REGISTRY
 
-    if not getattr(PIPELINE_REGISTRY.check_task, "names_the_models_pair", False):
-        PIPELINE_REGISTRY.check_task = _check_task_naming_the_models_pair(PIPELINE_REGISTRY.check_task)
-
-
-def register_language_pair(source_lang: str | None, target_lang: str | None):
-    """Register `translation_<source_lang>_to_<target_lang>` (nothing when either is None)."""
-    global _last_pair
-    _last_pair = (source_lang, target_lang)
-    if task := language_pair_task(source_lang, target_lang):
-        register(task, TranslationPipeline)
+    if not getattr(PIPELINE_REGISTRY.check_task, "registers_language_pairs", False):
+        PIPELINE_REGISTRY.check_task = _check_task_registering_language_pairs(PIPELINE_REGISTRY.check_task)
 
 
 def register(task: str, pipeline_class: type):
@@ -173,7 +162,5 @@ def registered(task: str = "translation", pipeline_class: type = TranslationPipe
     registry = getattr(sys.modules.get("transformers.pipelines"), "PIPELINE_REGISTRY", None)
     if registry is None:
         return False
-    try:
-        return registry.check_task(task)[1]["impl"] is pipeline_class
-    except KeyError:
-        return False
+    # The registry's table, not its `check_task`, which registers the language pair it is asked about.
+    return registry.supported_tasks.get(task, {}).get("impl") is pipeline_class

@@ -20,7 +20,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..user_errors import file_problem
+from ..files import file_problem
 
 
 COMPLETE = "checkpoint_complete.json"

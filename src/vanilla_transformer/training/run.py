@@ -31,10 +31,10 @@ from transformers import (
 )
 from transformers.hf_argparser import string_to_bool
 
-from ..user_errors import (
-    CommandParser, OneLineErrors, UserError, check_model, check_tokenizer_fits, describe, disk_message, disk_problem,
-    user_errors,
-)
+from ..disk import disk_message, disk_problem
+from ..errors import CommandParser, OneLineErrors, UserError, describe, user_errors
+from ..hub.reachability import check_model
+from ..model_folders import check_tokenizer_fits
 from .averaging import average_checkpoints, find_checkpoints
 from .checkpoints import (
     checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,

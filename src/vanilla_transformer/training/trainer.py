@@ -32,7 +32,7 @@ from transformers.trainer_utils import seed_worker
 
 from ..inference.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .checkpoints import MarkCompleteCheckpoints
-from ..user_errors import Preempted
+from ..errors import Preempted
 from ..inference.metrics import score_translations
 from .tokenization import BPEDropout
 

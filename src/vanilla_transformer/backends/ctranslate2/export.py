@@ -1,6 +1,6 @@
 """CTranslate2 export: `export_ctranslate2` writes a saved model as a CTranslate2 `TransformerSpec` (optionally
 quantized to int8 or float16), with its tokenizer and generation config, so the folder translates on its own with the
-`ct2` backend of `vanilla-transformer translate` and `evaluate` (`backends.py`). Needs the `ct2` extra.
+`ct2` backend of `vanilla-transformer translate` and `evaluate` (`search.py`). Needs the `ct2` extra.
 """
 
 import os
@@ -9,14 +9,14 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..extras import require
-from ..text_files import output_folder
-from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
+from ...extras import require
+from ...model.modeling_vanilla_transformer import (
+    VanillaTransformerForConditionalGeneration,
+    sinusoidal_position_encoding,
+)
+from ...text_files import output_folder
+from . import QUANTIZATIONS
 
-
-# Weight types CTranslate2 stores, its `ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; named here so that the
-# command line lists them without CTranslate2 installed.
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 # transformers activations that CTranslate2 computes the same way: its `common_spec.Activation` of each.
 ACTIVATIONS = {
@@ -204,4 +204,4 @@ def _set_encoder_attention(spec, attention, layer_norm) -> None:
     _set_layer_norm(spec.layer_norm, layer_norm)
 
 
-__all__ = ["ACTIVATIONS", "QUANTIZATIONS", "export_ctranslate2", "transformer_spec_of"]
+__all__ = ["ACTIVATIONS", "export_ctranslate2", "transformer_spec_of"]

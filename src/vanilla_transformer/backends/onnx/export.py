@@ -1,6 +1,6 @@
 """ONNX export: `export_onnx` writes a saved model as the three ONNX graphs that optimum lays out for an
 encoder-decoder model, with the model's config, generation config and tokenizer, so that the folder translates on its
-own with ONNX Runtime (`onnx_model.VanillaTransformerORTForConditionalGeneration`, and the `onnx` backend of
+own with ONNX Runtime (`model.VanillaTransformerORTForConditionalGeneration`, and the `onnx` backend of
 `vanilla-transformer translate` and `evaluate`). Needs the `onnx` extra.
 
 - `encoder_model.onnx`: `input_ids`, `attention_mask` (batch_size, encoder_sequence_length) -> `last_hidden_state`.
@@ -29,10 +29,11 @@ from torch import nn
 from transformers import AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .ctranslate2 import check_export
-from ..extras import MissingExtraError, require
-from ..text_files import output_folder
-from ..model.modeling_vanilla_transformer import (
+from ...extras import MissingExtraError, require
+from ...text_files import output_folder
+from ..ctranslate2.export import check_export
+from . import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES, QUANTIZATIONS
+from ...model.modeling_vanilla_transformer import (
     SinusoidalPositionalEncoding,
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
@@ -42,14 +43,6 @@ from ..model.modeling_vanilla_transformer import (
 EXPORTER_TORCH = (2, 9)
 
 
-# The file names of optimum's seq2seq export, which `onnx_model.py` loads.
-ENCODER_FILE = "encoder_model.onnx"
-DECODER_FILE = "decoder_model.onnx"
-DECODER_WITH_PAST_FILE = "decoder_with_past_model.onnx"
-ONNX_FILES = (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE)
-# Weight types of `--quantize`: int8 is ONNX Runtime's dynamic quantization (int8 weights, activations quantized to
-# uint8 on the fly, per tensor, for every matrix product).
-QUANTIZATIONS = ("int8",)
 # Example sizes of the traced inputs: distinct, and above 1, so that torch.export keeps every axis dynamic.
 EXAMPLE_BATCH, EXAMPLE_SOURCE, EXAMPLE_TARGET, EXAMPLE_PAST = 2, 7, 3, 5
 
@@ -239,14 +232,19 @@ def _export_graphs(model: VanillaTransformerForConditionalGeneration, folder: Pa
                 for name in cache_names("present", layers, parts=("decoder",))}},
         ),
     }
-    for name, (graph, inputs, dynamic_shapes, input_shapes, output_shapes) in graphs.items():
-        with _quiet_export():
-            program = torch.onnx.export(
-                graph, inputs, input_names=list(input_shapes), output_names=list(output_shapes),
-                dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, verbose=False,
-            )
-        _name_axes(program.model_proto, {**input_shapes, **output_shapes})
-        _save(program.model_proto, folder / name)
+    for name, graph in graphs.items():
+        _write_graph(folder / name, *graph)
+
+
+def _write_graph(path: Path, graph: nn.Module, inputs, dynamic_shapes, input_shapes: dict, output_shapes: dict) -> None:
+    """`graph` exported on the example `inputs` with its dynamic axes, the axes named, and saved as `path`."""
+    with _quiet_export():
+        program = torch.onnx.export(
+            graph, inputs, input_names=list(input_shapes), output_names=list(output_shapes),
+            dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, verbose=False,
+        )
+    _name_axes(program.model_proto, {**input_shapes, **output_shapes})
+    _save(program.model_proto, path)
 
 
 def _example_batch(config, batch_size: int, length: int, generator: torch.Generator):
@@ -322,4 +320,4 @@ def quantize_int8(path: Path) -> None:
     quantized.replace(path)
 
 
-__all__ = ["ONNX_FILES", "QUANTIZATIONS", "export_onnx", "quantize_int8"]
+__all__ = ["export_onnx", "quantize_int8"]

@@ -1,4 +1,4 @@
-"""A folder written by `vanilla-transformer export-onnx` (`onnx_export.py`) run by ONNX Runtime behind transformers'
+"""A folder written by `vanilla-transformer export-onnx` (`export.py`) run by ONNX Runtime behind transformers'
 `generate()`: `VanillaTransformerORTForConditionalGeneration` is a model without PyTorch weights whose forward runs the
 exported graphs, and which decodes with the package's generation mixin, as the PyTorch model does. Needs the `onnx`
 extra.
@@ -20,13 +20,13 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-from ..extras import require
-from ..model.generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
-from ..model.modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
-from .onnx_export import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES, cache_names
-from ..inference.translate import InputTooLongError
-from ..user_errors import not_exported
+from ...errors import InputTooLongError, NotExportedError
+from ...extras import require
+from ...model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ...model.generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
+from ...model.modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
+from . import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES
+from .export import cache_names
 
 
 ort = require("onnxruntime", extra="onnx")
@@ -155,7 +155,7 @@ class VanillaTransformerORTForConditionalGeneration(
 
     ```python
     >>> from transformers import AutoTokenizer
-    >>> from vanilla_transformer.onnx_model import VanillaTransformerORTForConditionalGeneration
+    >>> from vanilla_transformer.backends.onnx.model import VanillaTransformerORTForConditionalGeneration
     >>> model = VanillaTransformerORTForConditionalGeneration.from_pretrained("outputs/number-words-en-fr-onnx")
     >>> tokenizer = AutoTokenizer.from_pretrained("outputs/number-words-en-fr-onnx")
     >>> outputs = model.generate(**tokenizer(["forty-two"], return_tensors="pt"))
@@ -195,7 +195,7 @@ class VanillaTransformerORTForConditionalGeneration(
         if not model_dir.is_dir():
             raise FileNotFoundError(f"no such folder: {model_dir}")
         if missing:
-            raise not_exported(model_dir, "onnx", f"ONNX model ({', '.join(missing)} missing)")
+            raise NotExportedError(model_dir, "onnx", f"ONNX model ({', '.join(missing)} missing)")
         providers = _providers(device)
         if session_options is None:
             session_options = default_session_options()

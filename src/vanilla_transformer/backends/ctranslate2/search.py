@@ -1,0 +1,272 @@
+"""CTranslate2's beam search run to give `generate()`'s translations: `ct2_translator` loads an `export-ct2` folder
+(`export.py`) as the `ct2` backend of `vanilla-transformer translate` and `evaluate`, and `ct2_translate_lines` batches
+and decodes as the `torch` backend does, reading the decoding settings as `generate()` reads them. Needs the `ct2`
+extra.
+"""
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+
+from ...errors import InputTooLongError, NotExportedError
+from ...extras import require
+from ...inference.batching import length_sorted_batches
+from ...inference.translate import tokenize_lines
+from ...model.generation_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
+
+
+def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> Callable[..., list[str]]:
+    """The CTranslate2 folder `model_dir` (from `export.export_ctranslate2`) loaded on `device` ("cpu",
+    "cuda", "cuda:1"; default: CUDA when CTranslate2 sees a GPU), as `ct2_translate_lines` bound to its translator,
+    tokenizer and generation config."""
+    ctranslate2 = require("ctranslate2", extra="ct2")
+    model_dir = Path(model_dir)
+    if not ctranslate2.contains_model(str(model_dir)):
+        raise NotExportedError(model_dir, "ct2", "CTranslate2 model (model.bin)")
+    if device is None:
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    device_type, _, index = device.partition(":")
+    translator = ctranslate2.Translator(str(model_dir), device=device_type, device_index=int(index or 0))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if (model_dir / "generation_config.json").is_file():
+        generation_config = GenerationConfig.from_pretrained(model_dir)
+    else:
+        generation_config = GenerationConfig(**PAPER_DECODING)
+    return functools.partial(ct2_translate_lines, translator, tokenizer, generation_config=generation_config)
+
+
+# The settings of `generate()` that become CTranslate2's search settings; other options go to `translate_batch`.
+DECODING_SETTINGS = (
+    "num_beams",
+    "length_penalty",
+    "length_penalty_type",
+    "early_stopping",
+    "max_length_over_source",
+    "max_new_tokens",
+    "max_length",
+)
+
+
+def ct2_translate_lines(
+    translator,
+    tokenizer: PreTrainedTokenizerBase,
+    lines: list[str],
+    *,
+    batch_size: int = 32,
+    max_tokens: int | None = None,
+    warn_length: int | None = None,
+    show_progress: bool | None = None,
+    first_line: int = 1,
+    generation_config: GenerationConfig | None = None,
+    **options,
+) -> list[str]:
+    r"""
+    Translate each of `lines` with a `ctranslate2.Translator`, batched as `translate_lines` does for `generate()`
+    (sorted by length, `batch_size` sentences and `max_tokens` tokens at most, empty lines give "", long lines reported
+    with their number counted from `first_line`); the translations come back in input order.
+
+    The decoding settings of `generate()` are read as it reads them: from `options`, else from `generation_config`
+    (the exported model's; section 6.1's when missing):
+
+    - `num_beams` (4 in the paper): CTranslate2's `beam_size`.
+    - `length_penalty` (alpha, 0.6) and `length_penalty_type`: CTranslate2's own penalty is transformers' formula,
+      finished hypotheses ranked by `log P(Y|X) / |Y|^alpha` (`"transformers"`; `|Y|` counts `</s>`). With `"gnmt"`
+      (the paper's) the hypotheses CTranslate2's search finished are re-ranked by `log P(Y|X) / ((5 + |Y|) / 6)^alpha`.
+    - `early_stopping`: CTranslate2 stops once `beam_size` hypotheses are finished, as `True` does. With `"never"`
+      (the paper's) and `False`, the search goes on as `generate()`'s `"never"` does, until no running hypothesis can
+      beat the best finished one (`Ct2Search`). A `patience` option is CTranslate2's own stop instead.
+    - `max_new_tokens`: CTranslate2's `max_decoding_length`. Left out, each output ends at the latest after its source
+      length + `max_length_over_source` (50) tokens, `</s>` included; as CTranslate2 takes one maximum length per
+      call, batches then hold sentences of one length. Where `generate()` ends an output at the limit with `</s>`,
+      CTranslate2 stops one token earlier without it: the same text in greedy search, a slightly different score in
+      beam search.
+
+    Other `options` go to `Translator.translate_batch` unchanged (`repetition_penalty`, `no_repeat_ngram_size`, ...).
+    """
+    if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
+        raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
+    # As generate() reads them: the call's settings, else the model's generation config.
+    generation_config = generation_config or GenerationConfig(**PAPER_DECODING)
+    settings = resolve_decoding_settings(None, options, defaults=generation_config)
+    options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
+    search = ct2_search(settings, options, tokenizer.eos_token)
+
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
+    if not to_translate:
+        return translations
+    batches = ct2_batches([len(ids) for ids in input_ids], settings, batch_size, max_tokens)
+    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
+    with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
+        for batch, max_length in batches:
+            sources = [tokenizer.convert_ids_to_tokens(input_ids[k]) for k in batch]
+            for k, tokens in zip(batch, search.best_hypotheses(translator, sources, max_length)):
+                text = tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
+                translations[to_translate[k]] = text.strip()
+            bar.update(len(batch))
+    return translations
+
+
+def ct2_search(settings: dict, options: dict, end_token: str) -> "Ct2Search":
+    """CTranslate2's search for `generate()`'s decoding `settings` (as resolved), with the other `translate_batch`
+    `options` as given; `end_token` is the model's `</s>`."""
+    num_beams = settings["num_beams"] or 1
+    alpha = 1.0 if settings["length_penalty"] is None else settings["length_penalty"]
+    gnmt = settings["length_penalty_type"] == "gnmt"
+    # Without a length penalty CTranslate2 stops once its best candidate ends, when nothing can beat the best
+    # finished hypothesis any more: "never"'s choice.
+    staged = num_beams > 1 and alpha != 0 and settings["early_stopping"] is not True and "patience" not in options
+    scored = num_beams > 1 and alpha != 0 and (gnmt or staged)
+    search = dict(
+        beam_size=num_beams,
+        length_penalty=alpha,
+        num_hypotheses=num_beams if scored else 1,
+        return_scores=scored,
+        return_end_token=True,  # so |Y| counts </s>, as in generate(); decoding drops it
+        min_decoding_length=0,  # generate() may end with </s> at once
+        max_input_length=0,  # translate whole sentences, as the PyTorch backend does
+    )
+    search.update(options)
+    return Ct2Search(search, alpha, gnmt and scored, staged, end_token)
+
+
+# A staged search first decodes to the source length + this many tokens: most translations end by then.
+FIRST_STAGE_MARGIN = 5
+
+
+@dataclass(frozen=True)
+class Ct2Search:
+    r"""
+    CTranslate2's beam search run to give `generate()`'s translation: `options` are `Translator.translate_batch`'s
+    arguments but `max_decoding_length`; `alpha` and `gnmt` give the length penalty that ranks finished hypotheses;
+    `staged` searches on as `generate()`'s `early_stopping="never"` does; `end_token` is `</s>`.
+
+    CTranslate2 extends and keeps candidates by `log P(Y|X)` as transformers does. It returns its `num_hypotheses`
+    best finished hypotheses by `log P(Y|X) / |Y|^beta`, transformers' penalty with `beta = alpha`; with `gnmt` they
+    are re-ranked by GNMT's `log P(Y|X) / lp(Y)` (`_ranking_exponent` chooses beta). It stops once
+    `round(beam_size * patience)` hypotheses are finished: with `patience` 1, transformers' `early_stopping=True`.
+    `generate()`'s "never" (tensor2tensor's "terminate early when possible") stops only once no running hypothesis can
+    beat the finished ones even at the longest length. On a trained model the first `beam_size` hypotheses to finish
+    are often early endings of the right translation, which finishes after them: CTranslate2's stop keeps the wrong
+    ones. It has no stop like "never", so a `staged` search decodes to a length with no stop on the count and checks
+    the bound itself (`_settled_best`); sentences it cannot settle are decoded again to twice the length, at most to
+    the maximum length, where the whole search has run. The bound is `generate()`'s, so this gives the translation of
+    the whole search, as `generate()` does, unless GNMT's best is not among those CTranslate2 returns.
+    """
+
+    options: dict
+    alpha: float
+    gnmt: bool
+    staged: bool
+    end_token: str
+
+    def best_hypotheses(self, translator, sources: list[list[str]], max_length: int) -> list[list[str]]:
+        """The best translation (tokens, with the `</s>` it ended with) of each of `sources` (tokens), of at most
+        `max_length` tokens."""
+        if not self.options["return_scores"]:  # CTranslate2's ranking stands
+            return [result.hypotheses[0] for result in _translate_batch(translator, sources, max_length, self.options)]
+        exponent = self._ranking_exponent(max(len(source) for source in sources))
+        if not self.staged:
+            return [self._best(hypotheses) for hypotheses in self._search(translator, sources, max_length, exponent)]
+        best: list[list[str] | None] = [None] * len(sources)
+        pending = list(range(len(sources)))
+        length = min(max(len(source) for source in sources) + FIRST_STAGE_MARGIN, max_length)
+        while pending:
+            # At most beam_size hypotheses finish a step: this patience never stops the search before `length`.
+            found = self._search(translator, [sources[i] for i in pending], length, exponent, patience=length + 1)
+            unsettled = []
+            for i, hypotheses in zip(pending, found):
+                if length == max_length:  # the whole search has run, hypotheses cut at the limit included
+                    best[i] = self._best(hypotheses)
+                else:
+                    best[i] = self._settled_best(hypotheses, length, max_length, exponent)
+                    if best[i] is None:
+                        unsettled.append(i)
+            pending, length = unsettled, min(2 * length, max_length)
+        return best
+
+    def _ranking_exponent(self, source_length: int) -> float:
+        """The `beta` by which CTranslate2 ranks finished hypotheses, `log P(Y|X) / |Y|^beta`, to choose the
+        `num_hypotheses` it returns. For transformers' penalty, alpha: its own ranking. GNMT's lp(Y) grows near a
+        length n as |Y|^(alpha n / (5 + n)); with n the source length, near which most translations end, CTranslate2
+        ranks as GNMT does but between lengths far apart, so that GNMT's best is among those returned (with beta =
+        alpha, four longer hypotheses can outrank a short best one)."""
+        if not self.gnmt:
+            return self.alpha
+        return self.alpha * source_length / (5 + source_length)
+
+    def _search(self, translator, sources, max_length: int, exponent: float, **options) -> list[list[tuple]]:
+        """The hypotheses CTranslate2 returns for each of `sources`, best first by `log P(Y|X) / |Y|^exponent`, as
+        (tokens, log P(Y|X))."""
+        options = {**self.options, "length_penalty": exponent, **options}
+        return [
+            [(tokens, score * len(tokens) ** exponent) for tokens, score in zip(result.hypotheses, result.scores)]
+            for result in _translate_batch(translator, sources, max_length, options)
+        ]
+
+    def _penalty(self, length: int) -> float:
+        """`generate()`'s length penalty of `length` tokens: GNMT's lp(Y), or transformers' |Y|^alpha."""
+        return gnmt_length_penalty(length, self.alpha) if self.gnmt else length**self.alpha
+
+    def _best(self, hypotheses: list[tuple]) -> list[str]:
+        return max(hypotheses, key=lambda pair: pair[1] / self._penalty(len(pair[0])))[0]
+
+    def _settled_best(self, hypotheses: list[tuple], length: int, max_length: int, exponent: float):
+        """The best hypothesis that ended among `hypotheses`, from a search stopped at `length` tokens, short of
+        `max_length`, if no hypothesis still running there can beat it by `max_length`; else None."""
+        ended = [pair for pair in hypotheses if pair[0][-1:] == [self.end_token]]
+        if not ended:
+            return None
+        tokens, log_prob = max(ended, key=lambda pair: pair[1] / self._penalty(len(pair[0])))
+        # The search registered the beam_size best candidates of its last step, all `length` tokens long; the first,
+        # returned unless num_hypotheses others outrank it, is at least as likely as every hypothesis still running.
+        last_step = [pair[1] for pair in hypotheses if len(pair[0]) == length]
+        if last_step:
+            running = max(last_step)
+        elif len(hypotheses) == self.options["num_hypotheses"]:  # all outrank it, the last returned the least
+            running = hypotheses[-1][1] / len(hypotheses[-1][0]) ** exponent * length**exponent
+        else:
+            return None
+        # log P(Y|X) only falls as Y grows, and the penalty is monotone in |Y|: the best score still possible is at
+        # the shortest or the longest length to come (generate() ends the longest with </s>: max_length + 1).
+        best_possible = max(running / self._penalty(n) for n in (length + 1, max_length + 1))
+        return tokens if log_prob / self._penalty(len(tokens)) >= best_possible else None
+
+
+def ct2_batches(
+    lengths: list[int], settings: dict, batch_size: int, max_tokens: int | None
+) -> list[tuple[list[int], int]]:
+    """The sources of `lengths` tokens in length-sorted batches, each with its maximum output length as `generate()`'s
+    decoding `settings` set it."""
+    max_length_over_source = settings["max_length_over_source"]
+    if max_length_over_source is None:
+        # generate()'s own limits: max_length counts the decoder start token; with neither set, 20 new tokens.
+        limit = settings["max_new_tokens"] or (settings["max_length"] - 1 if settings["max_length"] else 20)
+        return [(batch, limit) for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size)]
+    # generate() forces </s> as the last of source + 50 tokens; CTranslate2 stops one token earlier, without it.
+    # CTranslate2 takes one maximum output length per call, so a batch holds sentences of one length.
+    return [
+        (batch, max(1, lengths[batch[0]] + max_length_over_source - 1))
+        for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size, same_length=True)
+    ]
+
+
+def _translate_batch(translator, sources: list[list[str]], max_length: int, search: dict):
+    """`translator.translate_batch` of `sources` (tokens), an `InputTooLongError` where they or their outputs outgrow
+    the exported position table."""
+    try:
+        return translator.translate_batch(sources, max_decoding_length=max_length, **search)
+    except RuntimeError as error:
+        if "position encodings" not in str(error):
+            raise
+        raise InputTooLongError(
+            f"{error}: the CTranslate2 model has a fixed number of positions; export it again with a larger "
+            "--max-positions, or shorten the input or max_new_tokens"
+        ) from error
+
+__all__ = ["Ct2Search", "ct2_batches", "ct2_search", "ct2_translate_lines", "ct2_translator"]

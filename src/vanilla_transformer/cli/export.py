@@ -1,0 +1,82 @@
+"""`vanilla-transformer export-ct2` and `export-onnx`: a saved model written as a folder that the `ct2` or `onnx`
+backend of `translate` and `evaluate` runs."""
+
+import argparse
+
+from ..backends import ctranslate2, onnx
+from ..disk import folder_size, write_errors
+from ..errors import CommandParser, user_errors
+from ..files import check_output_folder
+from ..hub.reachability import check_model
+from ..model_folders import check_tokenizer_fits
+from .arguments import positive_int
+
+
+def _export_parser(prog: str, description: str, kind: str) -> CommandParser:
+    """An export command's parser with the flags that come first in every export: --model and --out (a `kind`
+    folder)."""
+    parser = CommandParser(prog=prog, description=description)
+    parser.add_argument(
+        "--model", required=True, metavar="DIR", help="A saved model folder (from train, average or save_pretrained)."
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help=f"The {kind} model folder to write.")
+    return parser
+
+
+def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The flags every export shares (--max-positions, --force) added, parsed, and the model and --out checked."""
+    parser.add_argument(
+        "--max-positions",
+        type=positive_int,
+        default=2048,
+        metavar="N",
+        help="Rows of the stored sinusoidal position table: the longest source or output, in tokens (default: 2048).",
+    )
+    parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
+    args = parser.parse_args(argv)
+    check_model(args.model, hub=False)
+    check_tokenizer_fits(args.model)
+    check_output_folder(args.out)
+    return args
+
+
+def export_ct2_command(argv: list[str]) -> None:
+    parser = _export_parser(
+        "vanilla-transformer export-ct2",
+        "Convert a saved model to CTranslate2 for fast CPU and GPU inference (`translate --backend ct2`); the folder "
+        "also holds the tokenizer and generation config.",
+        "CTranslate2",
+    )
+    parser.add_argument(
+        "--quantization",
+        choices=ctranslate2.QUANTIZATIONS,
+        help="Type of the stored weights (default: float32, as trained).",
+    )
+    args = _export_arguments(parser, argv)
+    from ..backends.ctranslate2.export import export_ctranslate2
+
+    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
+    with user_errors(ValueError, OSError), write_errors(args.out, folder_size(args.model, "model.safetensors")):
+        export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)
+    print(f"CTranslate2 model written to {args.out}")
+
+
+def export_onnx_command(argv: list[str]) -> None:
+    parser = _export_parser(
+        "vanilla-transformer export-onnx",
+        "Export a saved model to ONNX for ONNX Runtime (`translate --backend onnx`): encoder_model.onnx, "
+        "decoder_model.onnx and decoder_with_past_model.onnx, with the config, generation config and tokenizer.",
+        "ONNX",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=onnx.QUANTIZATIONS,
+        help="Quantize the weights with ONNX Runtime's dynamic quantization (default: float32, as trained).",
+    )
+    args = _export_arguments(parser, argv)
+    from ..backends.onnx.export import export_onnx
+
+    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
+    with user_errors(ValueError, OSError), write_errors(args.out, folder_size(args.model, "model.safetensors")):
+        export_onnx(args.model, args.out, args.quantize, args.max_positions, force=args.force)
+    print(f"ONNX model written to {args.out}")

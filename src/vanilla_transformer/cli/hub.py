@@ -1,0 +1,159 @@
+"""`vanilla-transformer model-card` and `push`: a saved model's Hub model card, and the model uploaded with it. The Hub
+is asked one quick question before anything is sent to it (`hub.reachability.hub_unreachable`), and a push that it
+refuses or the network drops is one line (`cli.errors.hub_errors`)."""
+
+import argparse
+from pathlib import Path
+
+from ..disk import folder_size, write_errors
+from ..errors import CommandParser, UserError, describe, user_errors
+from ..extras import require
+from ..files import check_output_file
+from ..folders import no_such_folder
+from ..hub.reachability import check_model, hub_unreachable
+from ..model_folders import check_tokenizer_fits
+from .errors import hub_errors
+
+
+def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
+    parser.add_argument("--model", required=True, help="A saved model folder (from train, average or save_pretrained).")
+    parser.add_argument(
+        results_flag,
+        metavar="FILE",
+        help="JSON with the evaluation results and card facts (see vanilla_transformer.hub; `evaluate --json` writes "
+        "one); default: the run's card_results.json (written by train), else its test_results.json, else "
+        "eval_results.json.",
+    )
+    parser.add_argument("--run", help="The training run folder, for the recipe and results (default: --model).")
+    parser.add_argument("--license", default="apache-2.0", help="License of the model on the Hub.")
+
+
+def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> dict:
+    """The card facts (`hub.read_card_facts`), after checking the folders and the results file they come from."""
+    from ..hub.card import read_card_facts
+
+    check_model(args.model, weights=weights, tokenizer=tokenizer, hub=False)
+    if tokenizer:  # a folder shared with its tokenizer: the two must fit
+        check_tokenizer_fits(args.model)
+    if args.run is not None and not Path(args.run).is_dir():
+        raise UserError(f"{args.run} is a file, not a folder" if Path(args.run).exists() else no_such_folder(args.run))
+    if results is not None and not Path(results).is_file():
+        raise UserError(f"{results} is a folder, not a file" if Path(results).is_dir() else f"no such file: {results}")
+    with user_errors(ValueError, OSError):  # read and checked before the model is loaded
+        return read_card_facts(results, args.run or args.model)
+
+
+def model_card_command(argv: list[str]) -> None:
+    parser = CommandParser(
+        prog="vanilla-transformer model-card",
+        description="Generate the Hub model card (README.md) of a saved model from its config and results.",
+    )
+    _card_arguments(parser, "--results")
+    parser.add_argument("--repo-id", help="USER/NAME used in the card's usage examples.")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="Where to write the card, e.g. model_cards/NAME/README.md (its figures go beside it).",
+    )
+    args = parser.parse_args(argv)
+    from ..hub.card import write_model_card
+
+    facts = _check_card_arguments(args, args.results, weights=False, tokenizer=False)
+    check_output_file(args.out, new_folders=True)  # a card is often a new folder, its figures beside it
+    with user_errors(ValueError, OSError), write_errors(Path(args.out).parent):
+        write_model_card(args.model, args.out, facts, run_dir=args.run, repo_id=args.repo_id, license=args.license)
+    print(f"model card written to {args.out}")
+
+
+def _push_parser() -> CommandParser:
+    parser = CommandParser(
+        prog="vanilla-transformer push",
+        description="Upload a saved model, its tokenizer, code and a generated model card to the Hub in one commit.",
+    )
+    _card_arguments(parser, "--card-results")
+    parser.add_argument("--repo-id", required=True, help="USER/NAME of the Hub repository (created if missing).")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    parser.add_argument("--commit-message", default="Upload vanilla-transformer model")
+    parser.add_argument("--token", help="A Hub token with write access (default: the one of `hf auth login`).")
+    parser.add_argument(
+        "--dry-run",
+        metavar="OUT",
+        help="Write the folder that would be uploaded (model, tokenizer, code, card and its figures) into OUT instead, "
+        "without any network access.",
+    )
+    parser.add_argument("--force", action="store_true", help="With --dry-run: replace what OUT holds.")
+    return parser
+
+
+def push_command(argv: list[str]) -> None:
+    args = _push_parser().parse_args(argv)
+    from ..hub.card import push_to_hub
+
+    if args.force and args.dry_run is None:
+        raise UserError("--force replaces the folder of --dry-run; without --dry-run there is nothing to replace")
+    require("jinja2", extra="train")  # the card's, before the Hub is asked anything
+    facts = _check_card_arguments(args, args.card_results, weights=True, tokenizer=True)
+    _check_repo_id(args.repo_id)
+    if args.dry_run is not None:
+        _dry_run(args, facts)
+        return
+    _check_hub_for_push()
+    with hub_errors(f"push to {args.repo_id}"):
+        commit = push_to_hub(
+            args.model,
+            args.repo_id,
+            private=args.private,
+            results=facts,
+            run_dir=args.run,
+            license=args.license,
+            commit_message=args.commit_message,
+            token=args.token,
+        )
+    print(f"pushed to {commit.commit_url}")
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """`repo_id` is USER/NAME, or NAME alone (the token owner's), as huggingface_hub accepts it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise UserError(f"--repo-id {repo_id!r} is not a Hub repository name: {describe(error)}") from None
+
+
+def _check_hub_for_push() -> None:
+    """The Hub can be reached: one quick request, so that a machine without a network gets one line at once."""
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise UserError("HF_HUB_OFFLINE is set, so nothing can be sent to the Hub: unset it to push, or write the "
+                        "folder that would be uploaded with --dry-run OUT")
+    if (reason := hub_unreachable()) is not None:
+        raise UserError(f"the Hub ({constants.ENDPOINT}) cannot be reached ({reason}); --dry-run OUT writes the "
+                        "folder that would be uploaded")
+
+
+def _dry_run(args: argparse.Namespace, facts: dict) -> None:
+    """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
+    from ..hub.card import write_repository
+    from ..text_files import output_folder
+
+    out = Path(args.dry_run)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--dry-run {out} is a file, not a folder")
+    for name, folder in (("--model", args.model), ("--run", args.run), ("current", ".")):
+        if folder is not None and out.resolve() in (Path(folder).resolve(), *Path(folder).resolve().parents):
+            raise UserError(f"--dry-run {out} would replace the {name} folder {folder}; choose another")
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise UserError(f"--dry-run {out} is not empty; pass --force to replace what it holds, or choose another")
+    check_output_file(str(out / "README.md"), new_folders=True)
+    needed = folder_size(args.model, "model.safetensors", "*.json", "*.py")
+    with user_errors(ValueError, OSError), write_errors(out, needed), output_folder(out) as staging:
+        files = write_repository(
+            args.model, staging, args.repo_id, results=facts, run_dir=args.run, license=args.license
+        )
+        files = [path.relative_to(staging).as_posix() for path in files]
+    print(f"{len(files)} files that push would upload to {args.repo_id} written to {out} (nothing was sent):")
+    for name in files:
+        print(f"  {name}")

@@ -1,0 +1,93 @@
+"""The errors the package raises about what it was given, and the means of raising them from other exceptions.
+
+A mistake in what a command is given (a missing folder, a bad value, a file with a bad line) is a `UserError`;
+`user_errors()` turns the exceptions a call raises about its inputs into one, worded by `describe()`. The command line
+(`cli/`) prints each as one line, `vanilla-transformer COMMAND: error: ...`, and exits with status 2.
+"""
+
+import argparse
+import contextlib
+import os
+from pathlib import Path
+
+
+class UserError(Exception):
+    """A mistake in what the user gave a command, which the message names; printed as one line, exit status 2."""
+
+
+class Preempted(Exception):
+    """Not a mistake but a stop: a command ended by a signal it handles (SIGTERM during training saves a checkpoint
+    first); printed as one line that says where it stopped and what to do, exit status 128 + the signal's number, as
+    Ctrl-C's 130."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
+
+
+class InputTooLongError(RuntimeError):
+    """A source or output longer than the position table an `export-ct2` or `export-onnx` folder stores (its
+    `--max-positions`); raised by the `ct2` and `onnx` backends."""
+
+
+class NotExportedError(ValueError):
+    """A folder given to the `backend` backend ("ct2", "onnx") that holds no such model (`holds_no` says what is
+    missing): a transformers model folder is told the `export-<backend>` command that makes one."""
+
+    def __init__(self, model_dir: Path, backend: str, holds_no: str):
+        if (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors")):
+            message = (
+                f"{model_dir} is a transformers model folder; the {backend} backend needs it exported first: "
+                f"`vanilla-transformer export-{backend} --model {model_dir} --out {model_dir}-{backend}`, then "
+                f"--model {model_dir}-{backend}."
+            )
+        else:
+            message = f"{model_dir} holds no {holds_no}; make one with `vanilla-transformer export-{backend}`."
+        super().__init__(message)
+
+
+class OneLineErrors:
+    """For an `argparse.ArgumentParser` subclass: a bad flag or value is a `UserError`, one line like every other
+    mistake, instead of argparse's usage lines before the error."""
+
+    def error(self, message: str):
+        raise UserError(message)
+
+
+class CommandParser(OneLineErrors, argparse.ArgumentParser):
+    """The parser of a command's flags."""
+
+
+@contextlib.contextmanager
+def user_errors(*types: type[BaseException], path: str | os.PathLike | None = None):
+    """Report the exceptions of `types` raised inside as `UserError`s (with `path` named when the message lacks it):
+    for calls that raise them about their inputs, so that nothing else is mistaken for the user's mistake."""
+    try:
+        yield
+    except types as error:
+        raise UserError(describe(error, path)) from error
+
+
+def describe(error: BaseException, path: str | os.PathLike | None = None) -> str:
+    """An exception as one line: an `OSError` by its file and the problem, without errno; other messages joined."""
+    filename = getattr(error, "filename", None)
+    if isinstance(error, FileNotFoundError) and filename:
+        return f"no such file or folder: {filename}"
+    if isinstance(error, IsADirectoryError) and filename:
+        return f"{filename} is a folder, not a file"
+    if isinstance(error, OSError) and filename and error.strerror:
+        return f"{filename}: {error.strerror[0].lower()}{error.strerror[1:]}"
+    message = " ".join(str(error).split()) or type(error).__name__
+    return f"{path}: {message}" if path is not None and str(path) not in message else message
+
+
+__all__ = [
+    "CommandParser",
+    "InputTooLongError",
+    "NotExportedError",
+    "OneLineErrors",
+    "Preempted",
+    "UserError",
+    "describe",
+    "user_errors",
+]
