@@ -15,7 +15,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.user_errors import UserError
+from vanilla_transformer.errors import UserError
 from vanilla_transformer.training.trainer import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
