@@ -54,7 +54,8 @@ from common import (
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.inference.batching import TokenBatchSampler
 from vanilla_transformer.training.cpu_speedups import CPU16BitDropout, CPUSeq2SeqTrainer
-from vanilla_transformer.training.run import cpu_speedups, new_model_config, parse_arguments
+from vanilla_transformer.training.build import cpu_speedups, new_model_config
+from vanilla_transformer.training.parsing import parse_arguments
 from vanilla_transformer.training.trainer import (
     TokenBatchSeq2SeqTrainer, TrainingTimeBudget, check_feature_token_ids, paper_learning_rate
 )

@@ -79,7 +79,7 @@ def test_corpus_refuses_sizes_it_cannot_hold():
 
 @pytest.mark.slow  # the demo's command end to end: training, evaluation, model card
 def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
-    from vanilla_transformer.training.run import main
+    from vanilla_transformer.demo.train_command import main
 
     out = tmp_path / "demo"
     main([  # the demo's data and reporting, with a tiny model trained for 2 steps

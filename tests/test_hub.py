@@ -23,7 +23,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import vanilla_transformer
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli.main import main as cli
-from vanilla_transformer.hub.card import _architecture_rows, model_card, push_to_hub, write_model_card
+from vanilla_transformer.hub.card import _architecture_rows, model_card, write_model_card
+from vanilla_transformer.hub.push import push_to_hub
 from vanilla_transformer.training.tokenization import train_tokenizer
 from vanilla_transformer.training.trainer import paper_training_arguments
 

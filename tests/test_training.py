@@ -402,7 +402,7 @@ def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weigh
     assert killed.returncode == -9, killed.stderr[-3000:]
     interrupted = tmp_path / "run" / f"checkpoint-{step}"
     assert point == "step" or interrupted.is_dir() and not (interrupted / COMPLETE).exists()
-    with caplog.at_level("INFO", logger="vanilla_transformer.training.run"):
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
         main(argv)  # the same command again
     if continued_from:
         assert (f"holds a run this command started and did not finish: continuing it from "
@@ -437,7 +437,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninte
     assert err == ("vanilla-transformer train: error: --warmup-steps 8 contradicts the run this command continues "
                    f"(unfinished), trained with --warmup-steps 4 ({run / 'run_arguments.json'}); leave the flag out to "
                    "continue the run as it was, or pass --overwrite-output-dir to replace it")
-    with caplog.at_level("INFO", logger="vanilla_transformer.training.run"):
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
         main(argv)
     assert f"continuing it from {run / 'checkpoint-3'}, its newest complete checkpoint (step 3)" in caplog.text
     resumed = final_weights(run)
@@ -502,7 +502,7 @@ def test_resume_refuses_an_incomplete_checkpoint_or_one_without_its_training_sta
     assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run / 'checkpoint-2'} has no "
                    "optimizer state and random generator states: the resumed run would not match an uninterrupted "
                    "one; pass --resume-weights-only to go on with what it holds")
-    with caplog.at_level("INFO", logger="vanilla_transformer.training.run"):
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
         main(["train", "--resume-from-checkpoint", "auto", "--output-dir", str(run), "--resume-weights-only",
               "--max_steps", "3", "--disable_tqdm", "true"])
     assert (f"resuming from {run / 'checkpoint-2'}, the newest complete checkpoint of {run} (step 2)") in caplog.text
@@ -721,7 +721,7 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
     """The Multi30k cpu recipe's precision and kernel: --bf16 --use_cpu autocasts the products to bfloat16 (losses
     close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one. On a
     CPU the command keeps the memory a step frees for the next (cpu_training.py, `keep_memory`)."""
-    from vanilla_transformer.training import run as train
+    from vanilla_transformer.training import build as train
     from vanilla_transformer.training.run import main
 
     kept = []
@@ -747,7 +747,7 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
 
 
 def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
-    from vanilla_transformer.training.run import parse_arguments
+    from vanilla_transformer.demo.train_command import parse_arguments
 
     model_args, data_args, recipe_args, args, is_demo = parse_arguments([])
     assert is_demo and args.output_dir == "outputs/number-words-en-fr" and model_args.d_model == 128
@@ -762,7 +762,7 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
 def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
     """On a CPU: exact lengths, no compilation, batches collated in the training process. On a CUDA GPU: bucketed
     shapes, a compiled model, two persistent dataloader workers. Fused Adam on both."""
-    from vanilla_transformer.training import run as train
+    from vanilla_transformer.training import parsing as train
 
     own_data = ["--train_file", "pairs.tsv", "--output_dir", "out"]
     trains_on_gpu = train.trains_on_gpu
@@ -813,7 +813,8 @@ def test_command_logs_the_model_in_one_short_line_and_no_pin_memory_warning_on_a
 
 
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
-    from vanilla_transformer.training.run import load_data, parse_arguments
+    from vanilla_transformer.training.build import load_data
+    from vanilla_transformer.training.parsing import parse_arguments
 
     pairs = write_tsv(corpus, tmp_path / "pairs.tsv")
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"

@@ -11,6 +11,7 @@ import torch
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
 
 import vanilla_transformer
+import vanilla_transformer.training.build as train_build
 import vanilla_transformer.training.run as train_command
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.cpu_speedups import CPU_SPEEDUPS, CPUSeq2SeqTrainer
@@ -82,7 +83,7 @@ def test_the_train_commands_steps_read_nothing_back_from_the_device_except_to_lo
         def __init__(self, *args, callbacks=None, **kwargs):
             super().__init__(*args, callbacks=[*(callbacks or []), reads.callback()], **kwargs)
 
-    monkeypatch.setattr(train_command, "CPUSeq2SeqTrainer", ObservedTrainer)
+    monkeypatch.setattr(train_build, "CPUSeq2SeqTrainer", ObservedTrainer)
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("".join(f"{p['en']}\t{p['fr']}\n" for p in corpus["train"]["translation"]), encoding="utf-8")
     trainer = train_command.main([

@@ -29,8 +29,8 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
 
 
 def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> dict:
-    """The card facts (`hub.read_card_facts`), after checking the folders and the results file they come from."""
-    from ..hub.card import read_card_facts
+    """The card facts (`hub.card_facts.read_card_facts`), after checking the folders and the results file they come from."""
+    from ..hub.card_facts import read_card_facts
 
     check_model(args.model, weights=weights, tokenizer=tokenizer, hub=False)
     if tokenizer:  # a folder shared with its tokenizer: the two must fit
@@ -87,7 +87,7 @@ def _push_parser() -> CommandParser:
 
 def push_command(argv: list[str]) -> None:
     args = _push_parser().parse_args(argv)
-    from ..hub.card import push_to_hub
+    from ..hub.push import push_to_hub
 
     if args.force and args.dry_run is None:
         raise UserError("--force replaces the folder of --dry-run; without --dry-run there is nothing to replace")
@@ -136,7 +136,7 @@ def _check_hub_for_push() -> None:
 
 def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
-    from ..hub.card import write_repository
+    from ..hub.push import write_repository
     from ..text_files import output_folder
 
     out = Path(args.dry_run)

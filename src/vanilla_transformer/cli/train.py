@@ -9,7 +9,7 @@ from .arguments import positive_int
 
 
 def train_command(argv: list[str]) -> None:
-    from ..training.run import main
+    from ..demo.train_command import main  # the demo when no data is given; --help without torch
 
     main(argv)
 

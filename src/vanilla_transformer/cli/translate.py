@@ -193,7 +193,8 @@ def evaluate_command(argv: list[str]) -> None:
     scores = _scores(args, hypotheses, references)
     if args.json:
         with user_errors(OSError, path=args.json), write_errors(Path(args.json).parent), output_file(args.json) as file:
-            json.dump(_card_results(args, scores, sources, references, hypotheses), file, indent=2, ensure_ascii=False)
+            json.dump(_card_results(args, scores, sources, references, hypotheses).to_json(), file, indent=2,
+                      ensure_ascii=False)
             file.write("\n")
         print(f"results written to {args.json}")
 
@@ -220,7 +221,7 @@ def _scores(args: argparse.Namespace, hypotheses: list[str], references: list[st
 CARD_SAMPLES = 5
 
 
-def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses) -> dict:
+def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses) -> "CardFacts":
     """evaluate's scores as the results file of `model-card --results` and `push --card-results` (hub.py): one
     evaluation named by --dataset and --split, decoded as the options say, and the first non-empty pairs as samples."""
     result = dict(
@@ -237,7 +238,9 @@ def _card_results(args: argparse.Namespace, scores: dict, sources, references, h
         result.update(bleu_lc_moses=scores["bleu_lc_moses"], bleu_lc_moses_signature=scores["bleu_lc_moses_signature"])
     pairs = [(s, r, h) for s, r, h in zip(sources, references, hypotheses, strict=True) if s.strip()]
     samples = [dict(source=s, reference=r, hypothesis=h) for s, r, h in pairs[:CARD_SAMPLES]]
-    return dict(results=[result], samples=samples)
+    from ..hub.card_facts import CardFacts
+
+    return CardFacts(results=[result], samples=samples)
 
 
 def _decoding_description(args: argparse.Namespace) -> str | None:

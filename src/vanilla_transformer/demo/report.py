@@ -1,14 +1,9 @@
-"""What the number-words demo reports beyond any run's test scores (`number_words.py` makes its corpus): exact match per
+"""What the number-words demo reports beyond any run's test scores (`corpus.py` makes its corpus): exact match per
 magnitude, the numbers below 1,000 seen in training (the `seen` split) scored apart, the wrong translations, and the
-same in the model card's results. The `train` command adds these to its test report when it runs the demo."""
+same in the model card's results. The demo's profile (`profile.py`) adds these to the `train` command's test report."""
 
+from ..training.profile import print_pair
 from .corpus import describe_training
-
-
-def print_pair(pair: dict, hypothesis: str, source_lang: str, target_lang: str) -> None:
-    """One translation under its source and above its reference, marked `ok` when it matches the reference exactly."""
-    mark = "ok " if hypothesis == pair[target_lang] else "ERR"
-    print(f"  {mark} {pair[source_lang]}\n      -> {hypothesis}\n  (ref) {pair[target_lang]}")
 
 
 def exact_match_by_magnitude(pairs, hypotheses: list[str], target_lang: str) -> dict[str, tuple[int, float]]:

@@ -1,45 +1,17 @@
-"""Sharing a trained model on the Hugging Face Hub: a model card generated from the saved folder, and one commit that
-uploads the whole repository.
+"""The Hub model card of a saved model, generated from the folder, never written by hand.
 
 ```python
->>> from vanilla_transformer.hub import model_card, push_to_hub, write_repository
+>>> from vanilla_transformer.hub.card import model_card
 >>> model_card("runs/multi30k-en-de/averaged", results="card.json").save("model_cards/multi30k-en-de.md")
->>> write_repository("runs/multi30k-en-de/averaged", "staged", "USER/transformer-multi30k-en-de", results="card.json")
->>> push_to_hub("runs/multi30k-en-de/averaged", "USER/transformer-multi30k-en-de", results="card.json")
 ```
 
-[`push_to_hub`] uploads in one commit exactly the folder that [`write_repository`] writes without any network (the
-dry run of `vanilla-transformer push --dry-run OUT`).
-
-The card is never written by hand: its metadata (languages, license, datasets, a `model-index` with BLEU and chrF)
-and body (hyper-parameters, recipe, results with their sacreBLEU signature, samples, usage, citation) come from the
-saved config and generation config, the training run (`trainer_state.json`, the training arguments that the
-TensorBoard callback logs) and the evaluation results, rendered with `model_card_template.md`.
-
-`results` (a dict, or a JSON file holding one; by default the run's `card_results.json`, which `vanilla-transformer
-train` writes, else its `test_results.json`, else `eval_results.json`) is either a metrics file as the Trainer writes
-it (`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the model with these optional keys
-(`vanilla-transformer evaluate --json` writes `results` and `samples`):
-
-- `results`: a list of evaluations, each `{"dataset": "Multi30k", "dataset_id": "bentrevett/multi30k",
-  "split": "test_2016_flickr", "bleu": 33.99, "chrf": 57.11,
-  "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0", "chrf_signature": "...",
-  "num_sentences": 1000}`; also `dataset_config` (the `load_dataset` configuration, e.g. `"de-en"` of `wmt14`)
-  and `decoding` (e.g. `"greedy"`, when it differs from the saved generation config). Trainer-prefixed keys such
-  as `test_bleu` work too;
-- `source_lang`, `target_lang`: language codes, when the config does not carry them;
-- `datasets`: Hub ids of the training data; `training_data`: a sentence describing it;
-- `training`: recipe facts the training arguments do not hold, e.g. `{"max_tokens": 4096}`;
-- `samples`: `[{"source": ..., "reference": ..., "hypothesis": ...}]`;
-- `variants`: the first evaluation's test set scored other ways, shown as a table, e.g.
-  `[{"model": "last checkpoint (step 2600)", "decoding": "greedy", "bleu": 34.77, "chrf": 58.54}]`;
-- `figures`: PNG plots shown in the card, `[{"file": "plots/training.png", "caption": "..."}]`, the file relative to
-  the run folder. The card names each by its file name, so [`write_model_card`] and [`push_to_hub`] put the files
-  next to the card.
-
-[`read_card_facts`] checks them before anything is loaded: a `ValueError` names the file and the entry the card cannot
-show. The card invents nothing: an evaluation without `dataset` is shown as "data not named" and left out of the
-`model-index`, and without samples the usage examples translate a placeholder that says so.
+Its metadata (languages, license, datasets, a `model-index` with BLEU and chrF) and body (hyper-parameters, recipe,
+results with their sacreBLEU signature, samples, usage, citation) come from the saved config and generation config,
+the training run (`trainer_state.json`, the training arguments that the TensorBoard callback logs, what `train`
+recorded: `card_facts.recorded_run`) and the evaluation results (`card_facts.CardFacts`), rendered with
+`model_card_template.md`. The card invents nothing: an evaluation without `dataset` is shown as "data not named" and
+left out of the `model-index`, and without samples the usage examples translate a placeholder that says so.
+`push.py` writes the repository folder the card goes into and uploads it.
 """
 
 import json
@@ -47,18 +19,17 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
-from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
-from transformers import AutoTokenizer, GenerationConfig
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import GenerationConfig
 
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..extras import require
-from ..text_files import output_file
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-
+from ..text_files import output_file
+from .card_facts import TRAINER_SPLITS, CardFacts, card_figures, read_card_facts, recorded_run, score_prefix
 
 CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
 TAGS = ["translation", "vanilla-transformer", "transformer", "seq2seq", "encoder-decoder"]
@@ -73,13 +44,11 @@ PAPER_CITATION = """\
   year      = {2017},
   url       = {https://arxiv.org/abs/1706.03762}
 }"""
-# Trainer metric prefixes, most relevant first, and the split each one names.
-_TRAINER_SPLITS = {"test_": "test", "predict_": "test", "eval_": "validation"}
 
 
 def model_card(
     model_dir: str | os.PathLike,
-    results: dict | str | os.PathLike | None = None,
+    results: CardFacts | dict | str | os.PathLike | None = None,
     *,
     run_dir: str | os.PathLike | None = None,
     repo_id: str | None = None,
@@ -87,7 +56,7 @@ def model_card(
 ) -> ModelCard:
     """The Hub model card of the model saved in `model_dir`.
 
-    `results` describes the evaluation (see the module docstring); without it the card reports what `run_dir`
+    `results` describes the evaluation (`card_facts.CardFacts`); without it the card reports what `run_dir`
     recorded: `card_results.json` (written by `vanilla-transformer train`), else the Trainer's `test_results.json`,
     else its `eval_results.json`. `run_dir` is the training run (default:
     `model_dir`, which is where `vanilla-transformer train` writes both); its `trainer_state.json` and logged
@@ -101,17 +70,17 @@ def model_card(
     facts = read_card_facts(results, run_dir)
     run = recorded_run(run_dir)
     config = VanillaTransformerConfig.from_pretrained(model_dir)
-    source_lang = facts.get("source_lang") or getattr(config, "source_lang", None) or run.get("source_lang")
-    target_lang = facts.get("target_lang") or getattr(config, "target_lang", None) or run.get("target_lang")
+    source_lang = facts.source_lang or getattr(config, "source_lang", None) or run.get("source_lang")
+    target_lang = facts.target_lang or getattr(config, "target_lang", None) or run.get("target_lang")
     model_name = (repo_id or model_dir.resolve().name).split("/")[-1]
     evaluations = [_evaluation(entry, source_lang, target_lang, run.get("split_data") or {})
-                   for entry in facts["results"]]
+                   for entry in facts.results]
     # The arguments the Trainer logged to TensorBoard, else those the `train` command recorded.
     training_args = {**_recorded_training_arguments(run, config), **_logged_training_arguments(run_dir)}
     trainer_state = _read_json(run_dir / "trainer_state.json")
-    samples = [_sample(sample) for sample in facts.get("samples") or []]
-    figures = [dict(name=path.name, caption=caption) for path, caption in _figures(facts, run_dir)]
-    datasets = (facts.get("datasets") or run.get("datasets")
+    samples = [_sample(sample) for sample in facts.samples or []]
+    figures = [dict(name=path.name, caption=caption) for path, caption in card_figures(facts, run_dir)]
+    datasets = (facts.datasets or run.get("datasets")
                 or sorted({e["dataset_id"] for e in evaluations if e["dataset_id"]}) or None)
 
     return ModelCard.from_template(
@@ -125,13 +94,13 @@ def model_card(
         position_embedding_type=config.position_embedding_type,
         code_files=sorted(path.name for path in model_dir.glob("*.py")),
         decoding=_decoding(model_dir),
-        recipe=_recipe_rows(config, training_args, trainer_state, facts.get("training") or {}, run),
-        training_data=facts.get("training_data") or run.get("training_data"),
+        recipe=_recipe_rows(config, training_args, trainer_state, facts.training or {}, run),
+        training_data=facts.training_data or run.get("training_data"),
         datasets=datasets,
         evaluations=evaluations,
         unnamed_data=any(evaluation["dataset"] is None for evaluation in evaluations),
         samples=samples,
-        variants=facts.get("variants") or [],
+        variants=facts.variants or [],
         figures=figures,
         example=repr(samples[0]["source"] if samples else _placeholder_sentence(source_lang)),  # a Python literal
         citation=PAPER_CITATION,
@@ -161,7 +130,7 @@ def _card_data(model_name: str, languages, license: str, datasets: list[str] | N
 def write_model_card(
     model_dir: str | os.PathLike,
     out: str | os.PathLike,
-    results: dict | str | os.PathLike | None = None,
+    results: CardFacts | dict | str | os.PathLike | None = None,
     *,
     run_dir: str | os.PathLike | None = None,
     repo_id: str | None = None,
@@ -174,181 +143,22 @@ def write_model_card(
     out.parent.mkdir(parents=True, exist_ok=True)
     with output_file(out) as file:  # whole or not at all
         file.write(str(card))
-    for path, _ in _figures(facts, run_dir):
+    for path, _ in card_figures(facts, run_dir):
         copy = out.parent / path.name
         if not (copy.exists() and copy.samefile(path)):
             shutil.copyfile(path, copy)
     return card
 
 
-def write_repository(
-    model_dir: str | os.PathLike,
-    out: str | os.PathLike,
-    repo_id: str,
-    *,
-    results: dict | str | os.PathLike | None = None,
-    run_dir: str | os.PathLike | None = None,
-    license: str = "apache-2.0",
-) -> list[Path]:
-    """Write into the folder `out` exactly what [`push_to_hub`] uploads of the model saved in `model_dir`, with
-    `repo_id` in the card's usage examples; returns the files written, sorted. Needs no network.
-
-    The folder is what `save_pretrained` writes, so it loads without this package: `config.json` with `auto_map`, the
-    configuration/modeling code it points to (that of the installed package), `model.safetensors` (the shared
-    embedding stored once), `generation_config.json`, the tokenizer, and a `README.md` generated by [`model_card`]
-    from `results` and `run_dir` (default: `model_dir`), with the figures it shows. Run files (trainer state,
-    checkpoints, logs) are not written."""
-    require("jinja2", extra="train")  # for the model card
-    model_dir, out = Path(model_dir), Path(out)
-    run_dir = Path(run_dir) if run_dir is not None else model_dir
-    if not (model_dir / "tokenizer_config.json").is_file():
-        raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
-    facts = read_card_facts(results, run_dir)  # a bad results file stops before the model is loaded
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    # The saved tokenizer config records how it was loaded: in offline mode (where a dry run may be made), transformers
-    # forces `local_files_only` on, which the uploaded folder must not carry.
-    if "local_files_only" in tokenizer.init_kwargs:
-        tokenizer.init_kwargs["local_files_only"] = False
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    # The card describes the folder as written (its code files and generation config).
-    write_model_card(out, out / "README.md", facts, run_dir=run_dir, repo_id=repo_id, license=license)
-    return sorted(path for path in out.rglob("*") if path.is_file())
-
-
-def push_to_hub(
-    model_dir: str | os.PathLike,
-    repo_id: str,
-    *,
-    private: bool = False,
-    results: dict | str | os.PathLike | None = None,
-    run_dir: str | os.PathLike | None = None,
-    license: str = "apache-2.0",
-    commit_message: str = "Upload vanilla-transformer model",
-    token: str | None = None,
-    revision: str | None = None,
-    create_pr: bool = False,
-):
-    """Upload the model saved in `model_dir` to the Hub repository `repo_id` (created if missing) in one commit.
-
-    The commit holds exactly the files that [`write_repository`] writes (`vanilla-transformer push --dry-run OUT`
-    shows them): the model as `save_pretrained` writes it, so it loads without this package, its tokenizer, and the
-    `README.md` model card made from `results` and `run_dir`, with its figures. Files already in the repository that
-    the upload does not replace are kept. Returns the `CommitInfo` of the commit.
-    """
-    require("jinja2", extra="train")  # for the model card, checked before the repository is created
-    model_dir = Path(model_dir)
-    if not (model_dir / "tokenizer_config.json").is_file():
-        raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
-    read_card_facts(results, Path(run_dir) if run_dir is not None else model_dir)  # checked before too
-    api = HfApi(token=token)
-    # The repository's full name: "NAME" alone is created in the token owner's namespace.
-    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    with tempfile.TemporaryDirectory() as staging:
-        files = write_repository(model_dir, staging, repo_id, results=results, run_dir=run_dir, license=license)
-        operations = [
-            CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
-            for path in files
-        ]
-        # One create_commit, not upload_folder: with hf_xet installed, upload_folder may split into several commits.
-        return api.create_commit(
-            repo_id,
-            operations,
-            commit_message=commit_message,
-            revision=revision,
-            create_pr=create_pr,
-        )
-
-
-def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-# The files of a run that record its results, in the order a card without a results file looks for them.
-RUN_RESULT_FILES = ("card_results.json", "test_results.json", "eval_results.json")
-# The keys of a description of the model; a dict with none of them is one evaluation's metrics (`test_bleu`, ...).
-_FACT_KEYS = {"results", "source_lang", "target_lang", "datasets", "training_data", "training", "samples", "variants",
-              "figures"}
-
-
-def read_card_facts(results: dict | str | os.PathLike | None, run_dir: str | os.PathLike) -> dict:
-    """The card facts as a dict with a `results` list: from `results` (a dict, or a JSON file holding one), else from
-    the first file of `RUN_RESULT_FILES` that `run_dir` holds. A `ValueError` says what is wrong with them (naming
-    the file), a `FileNotFoundError` which figure is missing, before anything is loaded."""
-    run_dir = Path(run_dir)
-    source = results
-    if results is None:
-        source = next((run_dir / name for name in RUN_RESULT_FILES if (run_dir / name).is_file()), None)
-        results = {"results": []} if source is None else source
-    if not isinstance(results, dict):
-        try:
-            results = json.loads(Path(results).read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise ValueError(f"{source} is not UTF-8 text") from None
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{source} is not JSON ({error.msg}, line {error.lineno} column {error.colno})") from None
-    where = f" in {source}" if not isinstance(source, dict) else ""
-    if not isinstance(results, dict):
-        raise ValueError(f"expected a JSON object (`{{\"results\": [...], ...}}`){where}, found {_json_type(results)}")
-    # A bare metrics dict (a Trainer's test_results.json) is one evaluation.
-    facts = results if _FACT_KEYS & set(results) else {"results": [results]}
-    facts = {**facts, "results": facts.get("results") or []}
-    _check_facts(facts, where)
-    _figures(facts, run_dir)
-    return facts
-
-
-def _check_facts(facts: dict, where: str) -> None:
-    """A `ValueError` naming the first entry of `facts` that the card cannot show."""
-
-    def number(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    for key in ("results", "samples", "variants", "figures", "datasets"):
-        if not isinstance(facts.get(key) or [], list):
-            raise ValueError(f"`{key}`{where} must be a list, found {_json_type(facts[key])}")
-    for index, entry in enumerate(facts["results"], 1):
-        if not isinstance(entry, dict):
-            raise ValueError(f"result {index}{where} must be an object, found {_json_type(entry)}")
-        prefix = "" if "bleu" in entry else next((p for p in _TRAINER_SPLITS if f"{p}bleu" in entry), "")
-        if f"{prefix}bleu" not in entry:
-            keys = ", ".join(sorted(entry)) or "none"
-            raise ValueError(f"result {index}{where} has no BLEU score (`bleu` or `test_bleu`); its keys: {keys}")
-        for name in ("bleu", "chrf", "exact_match"):
-            value = entry.get(f"{prefix}{name}")
-            if value is not None and not number(value):
-                raise ValueError(f"`{prefix}{name}` of result {index}{where} is not a number: {value!r}")
-    for index, sample in enumerate(facts.get("samples") or [], 1):
-        fields = [sample.get(key) for key in ("source", "reference", "hypothesis")] if isinstance(sample, dict) else (
-            sample if isinstance(sample, list) and len(sample) == 3 else [None])
-        if not all(isinstance(field, str) for field in fields):
-            raise ValueError(f"sample {index}{where} needs the strings `source`, `reference` and `hypothesis`")
-    for index, variant in enumerate(facts.get("variants") or [], 1):
-        if not (isinstance(variant, dict) and number(variant.get("bleu")) and variant.get("model")):
-            raise ValueError(f"variant {index}{where} needs a `model` and a numeric `bleu`")
-        if variant.get("chrf") is not None and not number(variant["chrf"]):
-            raise ValueError(f"`chrf` of variant {index}{where} is not a number: {variant['chrf']!r}")
-    for index, figure in enumerate(facts.get("figures") or [], 1):
-        if not (isinstance(figure, dict) and isinstance(figure.get("file"), str)):
-            raise ValueError(f"figure {index}{where} needs a `file`, relative to the run folder")
-
-
-def _json_type(value) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number"
-    )
-
-
 def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None, split_data: dict | None = None) -> dict:
     """One evaluation's scores, dataset and sacreBLEU signatures, with its `EvalResult`s for the model-index.
     `split_data`: the data of each split where the entry names none (a Trainer's metrics; `recorded_run`)."""
-    prefix = "" if "bleu" in entry else next((p for p in _TRAINER_SPLITS if f"{p}bleu" in entry), "")
+    prefix = score_prefix(entry)
 
     def value(name):
         return entry.get(f"{prefix}{name}", entry.get(name))
 
-    split = entry.get("split") or _TRAINER_SPLITS.get(prefix, "test")
+    split = entry.get("split") or TRAINER_SPLITS.get(prefix, "test")
     # No name is made up for unnamed data: the card says it is not named, and its model-index, which names the data
     # of every score it lists, leaves these scores out.
     dataset = entry.get("dataset") or entry.get("dataset_id") or (split_data or {}).get(split)
@@ -381,20 +191,6 @@ def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None, s
         decoding=value("decoding"),
         eval_results=eval_results,
     )
-
-
-def _figures(facts: dict, run_dir: Path) -> list[tuple[Path, str]]:
-    """(file, caption) of the card's figures; a missing file is an error, not a broken image on the Hub."""
-    figures = []
-    for figure in facts.get("figures") or []:
-        path = run_dir / figure["file"]
-        if not path.is_file():
-            raise FileNotFoundError(f"The card's figure {figure['file']!r} is not in the run folder {run_dir}.")
-        figures.append((path, figure.get("caption") or path.stem.replace("_", " ")))
-    names = [path.name for path, _ in figures]
-    if len(set(names)) < len(names):
-        raise ValueError(f"The card's figures must have different file names (they sit side by side): {names}.")
-    return figures
 
 
 def _sample(sample) -> dict:
@@ -457,58 +253,6 @@ def _decoding(model_dir: Path) -> dict | None:
     )
 
 
-def recorded_run(run_dir: str | os.PathLike) -> dict:
-    """What `vanilla-transformer train` recorded of the run in `run_dir` (its `run_arguments.json`), as the card shows
-    it: `training_data` (the data in words: file names with their pairs, or the Hub dataset with its configuration
-    and split), `datasets` (Hub ids), `source_lang`, `target_lang`, `steps`, `training_seconds` and `sessions` (the
-    whole run, resumes included), `hardware`, and the recorded `arguments`. {} for a folder without the file; a fact
-    the run did not record is left out."""
-    recorded = _read_json(Path(run_dir) / "run_arguments.json")
-    if not isinstance(recorded, dict):
-        return {}
-    run = recorded.get("run") or {}
-    pairs = run.get("pairs") or {}
-    facts = {name: recorded[name] for name in ("source_lang", "target_lang") if recorded.get(name)}
-    facts["arguments"] = {name: value for name, value in recorded.items() if name not in ("run", "demo")}
-    facts.update({name: run[name] for name in ("steps", "training_seconds", "sessions", "hardware") if run.get(name)})
-
-    def described(split: str, files: list, dataset: str | None = None) -> str | None:
-        count = f"{pairs[split]:,} sentence pairs" if pairs.get(split) is not None else None
-        if dataset:
-            configuration = recorded.get("dataset_config_name")
-            where = f"the Hub dataset `{dataset}`" + (f", configuration `{configuration}`" if configuration else "")
-            return f"{where}, split `{split}`" + (f" ({count})" if count else "")
-        names = [Path(name).name for name in files if name]
-        if not names:
-            return None
-        return " and ".join(f"`{name}`" for name in names) + (f" ({count})" if count else "")
-
-    if recorded.get("demo"):
-        size = pairs.get("train") or recorded.get("demo_train_size")
-        train = (f"the number-words corpus the package generates ({size:,} training pairs of numbers below "
-                 f"10^{recorded.get('demo_max_digits', 6)})" if size else None)
-    elif recorded.get("dataset_name"):
-        train = described("train", [], recorded["dataset_name"])
-        facts["datasets"] = [recorded["dataset_name"]]
-    else:
-        train = described("train", [recorded.get("source_file"), recorded.get("target_file"),
-                                    recorded.get("train_file")])
-    facts["split_data"] = {  # each held-out split's data as card_results.json names it: the source file's name
-        split: Path(name).name for split in ("validation", "test")
-        if (name := recorded.get(f"{split}_source_file") or recorded.get(f"{split}_file"))
-    }
-    held_out = [
-        f"{split} {text}" for split in ("validation", "test")
-        if (text := described(split, [recorded.get(f"{split}_source_file"), recorded.get(f"{split}_target_file"),
-                                      recorded.get(f"{split}_file")]))
-    ]
-    if train:
-        languages = (f", {facts['source_lang']} -> {facts['target_lang']}"
-                     if facts.get("source_lang") and facts.get("target_lang") else "")
-        facts["training_data"] = f"training {train}{languages}" + "".join(f"; {text}" for text in held_out) + "."
-        facts["training_data"] = facts["training_data"][0].upper() + facts["training_data"][1:]
-    return facts
-
 
 def _recorded_training_arguments(run: dict, config) -> dict:
     """The training arguments `train` recorded (`recorded_run`), with `--learning-rate 0` read as the command reads
@@ -537,6 +281,10 @@ def _logged_training_arguments(run_dir: Path) -> dict:
                 if value.tag == "args/text_summary":
                     arguments = json.loads(value.tensor.string_val[0].decode("utf-8"))
     return arguments
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _duration(seconds: float) -> str:
@@ -613,16 +361,10 @@ def _learning_rate(d_model: int, args: dict) -> str:
         )
     return f"peak {rate:.3g}, `{args.get('lr_scheduler_type', 'linear')}` schedule, warm-up {warmup:,} steps"
 
-
 __all__ = [
     "CARD_TEMPLATE_PATH",
     "PAPER_CITATION",
-    "RUN_RESULT_FILES",
     "TAGS",
     "model_card",
-    "push_to_hub",
-    "read_card_facts",
-    "recorded_run",
     "write_model_card",
-    "write_repository",
 ]

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from transformers import TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..files import file_problem
@@ -78,7 +79,7 @@ def checkpoint_problem(
         return None
     if marked_since is not None and (checkpoint_step(checkpoint) or 0) >= marked_since:
         return f"it has no {COMPLETE}: its writing was interrupted"
-    state = checkpoint / "trainer_state.json"
+    state = checkpoint / TRAINER_STATE_NAME
     if not to_resume:
         return weights_problem(checkpoint)
     if not state.is_file():

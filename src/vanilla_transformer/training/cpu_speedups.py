@@ -28,12 +28,11 @@ from torch.overrides import TorchFunctionMode
 from transformers.utils import is_torchdynamo_compiling
 
 from ..extras import require
+from .arguments import CPU_SPEEDUPS
 from .trainer import TokenBatchSeq2SeqTrainer, label_smoothed_cross_entropy
 
 ConvertOutputsToFp32 = require("accelerate.utils.operations", extra="train").ConvertOutputsToFp32
 logger = logging.getLogger(__name__)
-
-CPU_SPEEDUPS = ("dropout16", "keep_memory", "chunked_loss", "bf16_logits")
 
 
 # --- dropout16: section 5.4's dropout, drawn more cheaply ---------------------------------------------------------

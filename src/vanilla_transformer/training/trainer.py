@@ -31,6 +31,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallba
 from transformers.trainer_utils import seed_worker
 
 from ..inference.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
+from .arguments import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
 from ..errors import Preempted
 from ..inference.metrics import score_translations
@@ -45,25 +46,6 @@ def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> 
     min(step / warmup, sqrt(warmup / step)), which gives exactly
     lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     return scale * (d_model * warmup_steps) ** -0.5
-
-
-# Sections 5.3-5.4 as `Seq2SeqTrainingArguments` fields. Residual dropout (P_drop = 0.1) lives in the model config.
-# The paper clips no gradients (`max_grad_norm=0`) and Adam has no weight decay. Not the paper's: the logged loss keeps
-# a NaN or infinite step's loss instead of replacing it (`logging_nan_inf_filter`), since testing each step's loss
-# makes every step wait for the device.
-PAPER_RECIPE = dict(
-    lr_scheduler_type="inverse_sqrt",
-    warmup_steps=4000,
-    optim="adamw_torch_fused",
-    adam_beta1=0.9,
-    adam_beta2=0.98,
-    adam_epsilon=1e-9,
-    weight_decay=0.0,
-    max_grad_norm=0.0,
-    label_smoothing_factor=0.1,
-    predict_with_generate=True,
-    logging_nan_inf_filter=False,
-)
 
 
 # Validation BLEU during training is a progress signal, decoded cheaply: greedy search, each sentence ending at the latest
@@ -468,7 +450,6 @@ def translation_metrics(tokenizer):
 
 __all__ = [
     "BPEDropoutDataset",
-    "PAPER_RECIPE",
     "TokenBatchSeq2SeqTrainer",
     "TokenIdCheckingCollator",
     "TrainingTimeBudget",
