@@ -45,7 +45,7 @@ def layer(module: str) -> str:
 
 class Import:
     """One imported name: where (`path`, `line`, the statement as `text`), what (`module`, absolute), and whether it
-    runs when its module is imported (`top_level`: not inside a function)."""
+    runs when its module is imported (`top_level`: not inside a function nor under `if TYPE_CHECKING`)."""
 
     def __init__(self, path: Path, node: ast.stmt, module: str, top_level: bool):
         self.path, self.line, self.module, self.top_level = path, node.lineno, module, top_level
@@ -75,7 +75,9 @@ def imports(path: Path) -> list[Import]:
                     submodule = f"{base}.{alias.name}"
                     found.append(Import(path, child, submodule if submodule in MODULES else base, top_level))
             else:
-                visit(child, top_level and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                deferred = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+                    isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+                visit(child, top_level and not deferred)
 
     visit(ast.parse(path.read_text(), filename=str(path)), top_level=True)
     return list({(record.line, record.module): record for record in found}.values())
