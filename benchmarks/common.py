@@ -1,26 +1,33 @@
-"""What both benchmarks share: the model sizes, the joint BPE tokenizer, our model and a MarianMTModel of the same
-size built from the same numbers, the machine's description, and the formatting of measurements."""
+"""What the benchmarks share: the model sizes, the joint BPE tokenizer, our model and a MarianMTModel of the same
+size built from the same numbers, decoding timed with `generate()` and with CTranslate2, the machine's description,
+and the formatting of measurements."""
 
 import argparse
 import gzip
 import platform
 import statistics
+import sys
+import time
 from pathlib import Path
 
 import torch
 import transformers
+from tqdm import tqdm
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 from vanilla_transformer.training.tokenization import train_tokenizer
 
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = (REPO / ".." / "shared" / "data" / "multi30k").resolve()
 
-# The paper's base model, the scaled-down model of the Multi30k recipe, and a size for --smoke runs only.
+# The paper's base model (the package's preset), the scaled-down model of the Multi30k recipe, and a size for --smoke
+# runs only.
+SHAPE = ("d_model", "layers", "heads", "ffn_dim")
 SIZES = {
-    "base": dict(d_model=512, layers=6, heads=8, ffn_dim=2048),
+    "base": {key: PRESETS["base"][key] for key in SHAPE},
     "small": dict(d_model=256, layers=3, heads=4, ffn_dim=1024),
     "tiny": dict(d_model=64, layers=2, heads=4, ffn_dim=256),
 }
@@ -115,6 +122,102 @@ def build_model(name: str, config_kwargs: dict, seed: int, attn_implementation: 
         model = MarianMTModel(MarianConfig(**config_kwargs))
     model.set_attn_implementation(attn_implementation)
     return model
+
+
+def source_batches(
+    tokenizer, sentences: list[str], batch_size: int, device: str = "cpu", pad_to_multiple_of: int | None = None
+) -> list[dict]:
+    """Consecutive sentences in file order, each batch padded to its longest sentence (rounded up to a multiple of
+    `pad_to_multiple_of`), on `device`."""
+    encoded = tokenizer(sentences)["input_ids"]
+    return [
+        tokenizer.pad(
+            {"input_ids": encoded[start : start + batch_size]}, pad_to_multiple_of=pad_to_multiple_of,
+            return_tensors="pt",
+        ).to(device)
+        for start in range(0, len(encoded), batch_size)
+    ]
+
+
+def forced_length_kwargs(beams: int, new_tokens: int, length_penalty: float) -> dict:
+    """generate() settings that decode exactly `new_tokens` tokens per sentence, greedy or with `beams` beams."""
+    kwargs = dict(num_beams=beams, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    if beams > 1:  # beam-search settings; given to greedy search they only raise warnings
+        kwargs.update(length_penalty=length_penalty, early_stopping=True)
+    return kwargs
+
+
+def decode_all(model, batches: list[dict], generate_kwargs: dict) -> tuple[float, int]:
+    """Seconds to decode every batch, and the number of generated tokens (decoder start token excluded)."""
+    tokens = 0
+    synchronize(model.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            sequences = model.generate(**batch, **generate_kwargs)
+            tokens += sequences.shape[0] * (sequences.shape[1] - 1)
+    synchronize(model.device)
+    return time.perf_counter() - start, tokens
+
+
+def convert_ours(model, tokenizer, folder: Path, quantization: str) -> Path:
+    """`model` saved with `tokenizer` in `folder`/hf and exported to CTranslate2 in `folder`/ct2 (`export-ct2`)."""
+    from vanilla_transformer.backends.ctranslate2 import export_ctranslate2  # needs the ct2 extra
+
+    model.save_pretrained(folder / "hf")
+    tokenizer.save_pretrained(folder / "hf")
+    return export_ctranslate2(folder / "hf", folder / "ct2", quantization=quantization, force=True)
+
+
+def ct2_decode_all(translator, token_batches: list[list[list[str]]], beams: int, new_tokens: int, alpha: float):
+    """Seconds to decode every batch with CTranslate2, and the number of generated tokens."""
+    tokens = 0
+    start = time.perf_counter()
+    for batch in token_batches:
+        results = translator.translate_batch(
+            batch, beam_size=beams, length_penalty=alpha, min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens, max_batch_size=len(batch),
+        )
+        tokens += sum(len(result.hypotheses[0]) for result in results)
+    return time.perf_counter() - start, tokens
+
+
+def engine_batches(tokenizer, sentences: list[str], args) -> tuple[dict, dict]:
+    """For each of `args.batch_sizes`: `generate()`'s tokenized batches and CTranslate2's token batches of the same
+    sentences (`args.sentences`, or `args.sentences_bs1` at batch size 1)."""
+    batches, token_batches = {}, {}
+    for batch_size in args.batch_sizes:
+        count = args.sentences if batch_size > 1 else args.sentences_bs1
+        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size)
+        encoded = tokenizer(sentences[:count])["input_ids"]
+        as_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]  # </s> included, as generate() sees it
+        token_batches[batch_size] = [as_tokens[start : start + batch_size] for start in range(0, count, batch_size)]
+    return batches, token_batches
+
+
+def time_cells(run, engines: list[str], token_batches: dict, args, desc: str) -> list[dict]:
+    """Every cell (decoding, batch size) of `args.beams` x `args.batch_sizes`, timed with `run(engine, beams,
+    batch_size, limit=None)` -> (seconds, generated tokens): a warm-up batch per engine, then `args.repeats` rounds
+    with the engines alternating in order. One dict per cell: its decoding, sizes, and each engine's tokens/s."""
+    cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
+    results = []
+    progress = tqdm(total=len(cells) * args.repeats * len(engines), desc=desc, file=sys.stderr)
+    for beams, batch_size in cells:
+        decoding = "greedy" if beams == 1 else f"beam {beams}"
+        progress.set_postfix_str(f"{decoding}, batch {batch_size}")
+        for engine in engines:
+            run(engine, beams, batch_size, limit=1)  # warm-up
+        rates, tokens = {engine: [] for engine in engines}, {}
+        for repeat in range(args.repeats):
+            for engine in engines if repeat % 2 == 0 else engines[::-1]:
+                seconds, tokens[engine] = run(engine, beams, batch_size)
+                rates[engine].append(tokens[engine] / seconds)
+                progress.update()
+        stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in engines}
+        results.append(dict(decoding=decoding, num_beams=beams, batch_size=batch_size,
+                            sentences=sum(len(batch) for batch in token_batches[batch_size]), **stats))
+    progress.close()
+    return results
 
 
 def trainable_parameters(model: torch.nn.Module) -> int:

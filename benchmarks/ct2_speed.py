@@ -2,7 +2,7 @@
 `MarianMTModel` of the same size, and both against `MarianMTModel.generate()`, in the same run.
 
 Both models are randomly initialised from the same numbers as in `generate_speed.py` (weights do not change the cost
-of a decoding step). Ours is saved and converted with `vanilla_transformer.export_ctranslate2`, Marian's with
+of a decoding step). Ours is saved and converted with `export_ctranslate2` (the `export-ct2` command), Marian's with
 `ctranslate2.converters.TransformersConverter`, both to the same weight type (`--quantization`, default float32).
 Each translator runs on `--threads` intra-op threads (default: torch's thread count), one batch at a time. Every
 sentence decodes exactly N tokens (`min_decoding_length = max_decoding_length = N`; `min_new_tokens =
@@ -18,33 +18,34 @@ the median and range of generated tokens per second and two ratios of the median
 
 import argparse
 import json
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import ctranslate2
 import torch
 from ctranslate2.converters import TransformersConverter
 from ctranslate2.converters import transformers as ct2_transformers
-from tqdm import tqdm
 
 from common import (
     SIZES,
     add_common_arguments,
     build_model,
+    convert_ours,
+    ct2_decode_all,
+    decode_all,
+    engine_batches,
     environment,
     environment_lines,
+    forced_length_kwargs,
     format_rate,
     load_tokenizer,
     markdown_table,
     model_configs,
     read_lines,
-    summary,
+    time_cells,
 )
-from generate_speed import decode_all, forced_length_kwargs, source_batches
 
-from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS, export_ctranslate2
+from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS
 
 ENGINES = ("ours_ct2", "marian_ct2", "marian_generate")
 ENGINE_LABELS = {"ours_ct2": "ours, CT2", "marian_ct2": "Marian, CT2", "marian_generate": "MarianMTModel.generate"}
@@ -92,63 +93,6 @@ def convert_marian(model, tokenizer, folder: Path, quantization: str) -> Path:
         return Path(converter.convert(str(folder / "ct2"), quantization=quantization, force=True))
     finally:
         loaders["MarianConfig"] = original
-
-
-def convert_ours(model, tokenizer, folder: Path, quantization: str) -> Path:
-    model.save_pretrained(folder / "hf")
-    tokenizer.save_pretrained(folder / "hf")
-    return export_ctranslate2(folder / "hf", folder / "ct2", quantization=quantization, force=True)
-
-
-def ct2_decode_all(translator, token_batches: list[list[list[str]]], beams: int, new_tokens: int, alpha: float):
-    """Seconds to decode every batch with CTranslate2, and the number of generated tokens."""
-    tokens = 0
-    start = time.perf_counter()
-    for batch in token_batches:
-        results = translator.translate_batch(
-            batch, beam_size=beams, length_penalty=alpha, min_decoding_length=new_tokens,
-            max_decoding_length=new_tokens, max_batch_size=len(batch),
-        )
-        tokens += sum(len(result.hypotheses[0]) for result in results)
-    return time.perf_counter() - start, tokens
-
-
-def engine_batches(tokenizer, sentences: list[str], args) -> tuple[dict, dict]:
-    """For each of `args.batch_sizes`: `generate()`'s tokenized batches and CTranslate2's token batches of the same
-    sentences (`args.sentences`, or `args.sentences_bs1` at batch size 1)."""
-    batches, token_batches = {}, {}
-    for batch_size in args.batch_sizes:
-        count = args.sentences if batch_size > 1 else args.sentences_bs1
-        batches[batch_size] = source_batches(tokenizer, sentences[:count], batch_size)
-        encoded = tokenizer(sentences[:count])["input_ids"]
-        as_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]  # </s> included, as generate() sees it
-        token_batches[batch_size] = [as_tokens[start : start + batch_size] for start in range(0, count, batch_size)]
-    return batches, token_batches
-
-
-def time_cells(run, engines: list[str], token_batches: dict, args, desc: str) -> list[dict]:
-    """Every cell (decoding, batch size) of `args.beams` x `args.batch_sizes`, timed with `run(engine, beams,
-    batch_size, limit=None)` -> (seconds, generated tokens): a warm-up batch per engine, then `args.repeats` rounds
-    with the engines alternating in order. One dict per cell: its decoding, sizes, and each engine's tokens/s."""
-    cells = [(beams, batch_size) for beams in args.beams for batch_size in args.batch_sizes]
-    results = []
-    progress = tqdm(total=len(cells) * args.repeats * len(engines), desc=desc, file=sys.stderr)
-    for beams, batch_size in cells:
-        decoding = "greedy" if beams == 1 else f"beam {beams}"
-        progress.set_postfix_str(f"{decoding}, batch {batch_size}")
-        for engine in engines:
-            run(engine, beams, batch_size, limit=1)  # warm-up
-        rates, tokens = {engine: [] for engine in engines}, {}
-        for repeat in range(args.repeats):
-            for engine in engines if repeat % 2 == 0 else engines[::-1]:
-                seconds, tokens[engine] = run(engine, beams, batch_size)
-                rates[engine].append(tokens[engine] / seconds)
-                progress.update()
-        stats = {engine: dict(summary(rates[engine]), generated_tokens=tokens[engine]) for engine in engines}
-        results.append(dict(decoding=decoding, num_beams=beams, batch_size=batch_size,
-                            sentences=sum(len(batch) for batch in token_batches[batch_size]), **stats))
-    progress.close()
-    return results
 
 
 def main(argv=None):

@@ -27,7 +27,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -39,15 +38,19 @@ from common import (
     SIZES,
     add_common_arguments,
     build_model,
+    convert_ours,
+    ct2_decode_all,
+    decode_all,
     environment,
     environment_lines,
+    forced_length_kwargs,
     format_rate,
     load_tokenizer,
     markdown_table,
     model_configs,
     read_lines,
+    source_batches,
     summary,
-    synchronize,
     trainable_parameters,
 )
 
@@ -85,21 +88,6 @@ def parse_args(argv=None):
     return args
 
 
-def source_batches(
-    tokenizer, sentences: list[str], batch_size: int, device: str = "cpu", pad_to_multiple_of: int | None = None
-) -> list[dict]:
-    """Consecutive sentences in file order, each batch padded to its longest sentence (rounded up to a multiple of
-    `pad_to_multiple_of`), on `device`."""
-    encoded = tokenizer(sentences)["input_ids"]
-    return [
-        tokenizer.pad(
-            {"input_ids": encoded[start : start + batch_size]}, pad_to_multiple_of=pad_to_multiple_of,
-            return_tensors="pt",
-        ).to(device)
-        for start in range(0, len(encoded), batch_size)
-    ]
-
-
 def accepts_length_penalty_type(model, batch) -> bool:
     """Whether our `generate()` takes `length_penalty_type` (transformers' own rejects unknown keyword arguments)."""
     try:
@@ -110,27 +98,6 @@ def accepts_length_penalty_type(model, batch) -> bool:
             return False
         raise
     return True
-
-
-def forced_length_kwargs(beams: int, new_tokens: int, length_penalty: float) -> dict:
-    """generate() settings that decode exactly `new_tokens` tokens per sentence, greedy or with `beams` beams."""
-    kwargs = dict(num_beams=beams, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
-    if beams > 1:  # beam-search settings; given to greedy search they only raise warnings
-        kwargs.update(length_penalty=length_penalty, early_stopping=True)
-    return kwargs
-
-
-def decode_all(model, batches: list[dict], generate_kwargs: dict) -> tuple[float, int]:
-    """Seconds to decode every batch, and the number of generated tokens (decoder start token excluded)."""
-    tokens = 0
-    synchronize(model.device)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for batch in batches:
-            sequences = model.generate(**batch, **generate_kwargs)
-            tokens += sequences.shape[0] * (sequences.shape[1] - 1)
-    synchronize(model.device)
-    return time.perf_counter() - start, tokens
 
 
 def main(argv=None):
@@ -265,7 +232,6 @@ def compiled_main(args):
     ct2_version = None
     if "ours_ct2" in args.engines:  # CTranslate2 is needed by this engine only
         import ctranslate2
-        from ct2_speed import convert_ours, ct2_decode_all
 
         ct2_version = ctranslate2.__version__
         with tempfile.TemporaryDirectory() as tmp:  # the CTranslate2 model from ours in float32, before any dtype change

@@ -2,14 +2,14 @@
 float32 and int8, against the same model's PyTorch eager `generate()` and its CTranslate2 float32 export, in one run.
 
 The model is randomly initialised from the same numbers as in `generate_speed.py` (weights do not change the cost of a
-decoding step), saved, exported with `vanilla_transformer.backends.onnx_export.export_onnx` (int8: the float32 graphs quantized
-by `quantize_int8`, as `export-onnx --quantize int8` does) and with `export_ctranslate2` (float32). PyTorch, ONNX
-Runtime and CTranslate2 each run on `--threads` intra-op threads (default: torch's thread count). Every sentence
-decodes exactly N tokens (`min_new_tokens = max_new_tokens = N`, and CTranslate2's `min_decoding_length =
-max_decoding_length = N`), greedy and beam 4 (transformers' length penalty, stopping at 4 finished hypotheses, as
-CTranslate2 does), at batch size 1 and 32, on the first sentences of Multi30k val (English), after a warm-up call per
-engine and cell; the engines alternate over the repeats, and the table gives the median and range of generated tokens
-per second and two ratios of the medians: ORT float32 / PyTorch eager, and ORT int8 / CTranslate2 float32.
+decoding step), saved, exported with `export_onnx` (the `export-onnx` command, float32 and `--quantize int8`) and with
+`export_ctranslate2` (float32). PyTorch, ONNX Runtime and CTranslate2 each run on `--threads` intra-op threads
+(default: torch's thread count). Every sentence decodes exactly N tokens (`min_new_tokens = max_new_tokens = N`, and
+CTranslate2's `min_decoding_length = max_decoding_length = N`), greedy and beam 4 (transformers' length penalty,
+stopping at 4 finished hypotheses, as CTranslate2 does), at batch size 1 and 32, on the first sentences of Multi30k
+val (English), after a warm-up call per engine and cell; the engines alternate over the repeats, and the table gives
+the median and range of generated tokens per second and two ratios of the medians: ORT float32 / PyTorch eager, and
+ORT int8 / CTranslate2 float32.
 
     python benchmarks/onnx_speed.py --threads 2                      # base and small sizes (tens of minutes)
     python benchmarks/onnx_speed.py --sizes small --json onnx_small.json
@@ -29,19 +29,22 @@ from common import (
     SIZES,
     add_common_arguments,
     build_model,
+    ct2_decode_all,
+    decode_all,
+    engine_batches,
     environment,
     environment_lines,
+    forced_length_kwargs,
     format_rate,
     load_tokenizer,
     markdown_table,
     model_configs,
     read_lines,
+    time_cells,
 )
-from ct2_speed import ct2_decode_all, engine_batches, time_cells
-from generate_speed import decode_all, forced_length_kwargs
 
 from vanilla_transformer.backends.ctranslate2 import export_ctranslate2
-from vanilla_transformer.backends.onnx_export import ONNX_FILES, export_onnx, quantize_int8
+from vanilla_transformer.backends.onnx_export import export_onnx
 from vanilla_transformer.backends.onnx_model import VanillaTransformerORTForConditionalGeneration, default_session_options
 
 ENGINES = ("torch", "ort_float32", "ort_int8", "ct2_float32")
@@ -86,11 +89,7 @@ def exported_engines(size: str, tokenizer, args, threads: int, folder: Path) -> 
         engines["ort_float32"] = VanillaTransformerORTForConditionalGeneration.from_pretrained(
             folder / "onnx", session_options=options)
         if "ort_int8" in args.engines:
-            (folder / "int8").mkdir()
-            for path in (folder / "onnx").iterdir():
-                (folder / "int8" / path.name).write_bytes(path.read_bytes())
-            for name in ONNX_FILES:
-                quantize_int8(folder / "int8" / name)
+            export_onnx(folder / "model", folder / "int8", quantize="int8")
             engines["ort_int8"] = VanillaTransformerORTForConditionalGeneration.from_pretrained(
                 folder / "int8", session_options=options)
     if "ct2_float32" in args.engines:

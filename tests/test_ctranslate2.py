@@ -145,7 +145,7 @@ def test_ct2_backend_translates_as_the_torch_backend_with_greedy_search(request,
 
 
 @pytest.mark.parametrize("early_stopping", [True, "never"])
-@pytest.mark.parametrize("alpha", [0.6, 1.0])
+@pytest.mark.parametrize("alpha", [0.6, pytest.param(1.0, marks=pytest.mark.slow)])  # 1.0: over 5 s, searches as 0.6
 def test_beam_search_matches_generate_with_transformers_length_penalty(lively_model, alpha, early_stopping):
     """CTranslate2's length penalty is transformers': log P(Y|X) / |Y|^alpha, with |Y| counting </s>. Its own stop,
     once 4 hypotheses are finished, is transformers' early_stopping=True; for "never" the backend searches on."""
@@ -157,7 +157,9 @@ def test_beam_search_matches_generate_with_transformers_length_penalty(lively_mo
     assert translations == BACKENDS["torch"](model_dir, "cpu")(SENTENCES, **options)
 
 
-@pytest.mark.parametrize("which", ["paper_model", "lively_model"])
+# The lively model's searches run to the length limit (over 10 s); the paper model's and the tests of each part (GNMT,
+# "never") cover the fast tier.
+@pytest.mark.parametrize("which", ["paper_model", pytest.param("lively_model", marks=pytest.mark.slow)])
 def test_beam_search_matches_generate_with_the_papers_decoding(request, which):
     """The saved generation config's: beam 4, GNMT's penalty with alpha 0.6, "never", source + 50 tokens at most."""
     model_dir, ct2_dir = request.getfixturevalue(which)

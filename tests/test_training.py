@@ -203,6 +203,7 @@ def test_bpe_dropout_on_the_sources_only_keeps_the_tokenizers_targets(corpus, to
 # --- Training on the generated corpus, fine-tuning with plain transformers ---------------------------------------
 
 
+@pytest.mark.slow  # 120 steps, over 10 s; learning shows in the fast tier in test_onnx.py's model (90% exact match)
 def test_demo_corpus_trains_the_model_clearly_better_than_chance(tokenizer, tokenized, tmp_path):
     model = small_model(tokenizer, dropout=0.0)
     args = paper_training_arguments(
@@ -297,6 +298,7 @@ def final_weights(folder):
     return load_file(Path(folder) / "model.safetensors")
 
 
+@pytest.mark.slow  # three runs; the BPE-dropout resume and the killed runs below cover resuming in the fast tier
 def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, tokenizer_dir, tmp_path):
     from vanilla_transformer.cli.main import main
 
@@ -384,9 +386,10 @@ def uninterrupted_run(corpus, tokenizer_dir, tmp_path_factory):
     [
         ("step", 5, "checkpoint-4"),
         ("model.safetensors", 4, "checkpoint-2"),
-        ("optimizer.pt", 4, "checkpoint-2"),
-        ("trainer_state.json", 4, "checkpoint-2"),
-        ("mark", 4, "checkpoint-2"),
+        # Each a process of its own (over 5 s), an unmarked checkpoint-4 as model.safetensors': in the slow tier.
+        pytest.param("optimizer.pt", 4, "checkpoint-2", marks=pytest.mark.slow),
+        pytest.param("trainer_state.json", 4, "checkpoint-2", marks=pytest.mark.slow),
+        pytest.param("mark", 4, "checkpoint-2", marks=pytest.mark.slow),
         ("model.safetensors", 2, None),
     ],
 )

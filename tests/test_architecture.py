@@ -1,0 +1,162 @@
+"""The package's shape, read from its source with `ast` (nothing is imported): the sealed model folder, the layer
+order of the folders, no import cycle, and the size limits of modules and functions. docs/internals.md opens with the
+same map in words."""
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = "vanilla_transformer"
+ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
+
+# The layers, bottom first: a module imports only from its own layer and the layers below it. "" is the bottom
+# layer: the plain modules directly in the package folder (errors, file checks, extras) that every folder may use.
+LAYERS = ("", "model", "hub", "inference", "backends", "training", "demo", "cli")
+# The package's own __init__.py (the public API) imports the model only.
+PACKAGE_INIT_MAY_IMPORT = ("model",)
+# model/ is exactly what `save_pretrained` copies next to every model, so it must load with nothing of the package
+# around it: its files import each other (relatively) and these distributions, and the standard library.
+MODEL_FILES = ("__init__.py", "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py",
+               "generation_vanilla_transformer.py", "pipeline_vanilla_transformer.py")
+MODEL_DEPENDENCIES = ("torch", "transformers", "huggingface_hub", "packaging")
+MAX_MODULE_LINES = 400
+LONGER_MODULES_ALLOWED = ("model/modeling_vanilla_transformer.py",)
+MAX_FUNCTION_LINES = 60
+
+
+def module_name(path: Path) -> str:
+    parts = (PACKAGE, *path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+MODULES = {module_name(path): path for path in FILES}
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def layer(module: str) -> str:
+    """The layer of a module of the package: its folder, or "" for a plain module of the package folder."""
+    parts = module.split(".")[1:]
+    return parts[0] if len(parts) > 1 or (parts and parts[0] in LAYERS) else ""
+
+
+class Import:
+    """One imported name: where (`path`, `line`, the statement as `text`), what (`module`, absolute), and whether it
+    runs when its module is imported (`top_level`: not inside a function nor under `if TYPE_CHECKING`)."""
+
+    def __init__(self, path: Path, node: ast.stmt, module: str, top_level: bool):
+        self.path, self.line, self.module, self.top_level = path, node.lineno, module, top_level
+        self.text = ast.unparse(node)
+        self.relative = isinstance(node, ast.ImportFrom) and node.level > 0
+
+    def __str__(self):
+        return f"{relative(self.path)}:{self.line}: `{self.text}`"
+
+
+def imports(path: Path) -> list[Import]:
+    """Every import statement of `path`, one `Import` per module it names. `from PACKAGE import name` names the
+    submodule PACKAGE.name when there is one, else PACKAGE itself."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = []
+
+    def visit(node: ast.AST, top_level: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                found.extend(Import(path, child, alias.name, top_level) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join(anchor + ([child.module] if child.module else []))
+                for alias in child.names:
+                    submodule = f"{base}.{alias.name}"
+                    found.append(Import(path, child, submodule if submodule in MODULES else base, top_level))
+            else:
+                deferred = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+                    isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+                visit(child, top_level and not deferred)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), top_level=True)
+    return list({(record.line, record.module): record for record in found}.values())
+
+
+def own(imported: list[Import]) -> list[Import]:
+    return [record for record in imported if record.module.split(".")[0] == PACKAGE]
+
+
+def test_the_model_folder_holds_the_files_saved_with_a_model_and_imports_nothing_else_of_the_package():
+    folder = ROOT / "model"
+    assert sorted(path.name for path in folder.glob("*.py")) == sorted(MODEL_FILES)
+    distributions = {*MODEL_DEPENDENCIES, *sys.stdlib_module_names}
+    offenders = []
+    for path in sorted(folder.glob("*.py")):
+        for record in imports(path):
+            top = record.module.split(".")[0]
+            if top == PACKAGE and not (record.relative and layer(record.module) == "model"):
+                offenders.append(f"{record} (model/ imports only its siblings, relatively)")
+            elif top != PACKAGE and top not in distributions:
+                offenders.append(f"{record} (model/ imports only {', '.join(MODEL_DEPENDENCIES)} and the stdlib)")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_each_module_imports_only_its_own_layer_and_the_layers_below():
+    offenders = []
+    for module, path in MODULES.items():
+        allowed = PACKAGE_INIT_MAY_IMPORT if module == PACKAGE else LAYERS[: LAYERS.index(layer(module)) + 1]
+        for record in own(imports(path)):
+            target = "model" if record.module == PACKAGE else layer(record.module)  # the package's __init__: the model
+            if target not in allowed:
+                offenders.append(f"{record} ({layer(module) or 'bottom'} imports {target or 'bottom'})")
+    assert not offenders, "\n".join(["Layers, bottom first: " + " < ".join(name or "bottom" for name in LAYERS),
+                                     *offenders])
+
+
+def import_cycle() -> list[Import]:
+    """The edges of one cycle of top-level imports between the package's modules, or [] if there is none."""
+    graph = {module: [record for record in own(imports(path)) if record.top_level and record.module != module]
+             for module, path in MODULES.items()}
+    state, path = {}, []  # state: 1 on the current path, 2 done
+
+    def visit(module: str) -> list[Import]:
+        state[module] = 1
+        for record in graph.get(module, []):
+            path.append(record)
+            if state.get(record.module) == 1:
+                start = next(i for i, edge in enumerate(path) if module_name(edge.path) == record.module)
+                return path[start:]
+            if record.module not in state and (cycle := visit(record.module)):
+                return cycle
+            path.pop()
+        state[module] = 2
+        return []
+
+    for module in MODULES:
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return []
+
+
+def test_no_import_cycle():
+    cycle = import_cycle()
+    assert not cycle, "An import cycle:\n" + "\n".join(map(str, cycle))
+
+
+def test_no_module_is_over_the_line_limit():
+    offenders = [f"{relative(path)}: {lines} lines" for path in FILES
+                 if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+                 and relative(path) not in LONGER_MODULES_ALLOWED]
+    assert not offenders, f"Modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(offenders)
+
+
+def test_no_function_is_over_the_line_limit():
+    offenders = []
+    for path in FILES:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    offenders.append(f"{relative(path)}:{node.lineno}: {node.name} ({length} lines)")
+    assert not offenders, f"Functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
