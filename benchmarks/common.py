@@ -162,7 +162,7 @@ def decode_all(model, batches: list[dict], generate_kwargs: dict) -> tuple[float
 
 def convert_ours(model, tokenizer, folder: Path, quantization: str) -> Path:
     """`model` saved with `tokenizer` in `folder`/hf and exported to CTranslate2 in `folder`/ct2 (`export-ct2`)."""
-    from vanilla_transformer.backends.ctranslate2 import export_ctranslate2  # needs the ct2 extra
+    from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2  # needs the ct2 extra
 
     model.save_pretrained(folder / "hf")
     tokenizer.save_pretrained(folder / "hf")

@@ -43,9 +43,9 @@ from common import (
     time_cells,
 )
 
-from vanilla_transformer.backends.ctranslate2 import export_ctranslate2
-from vanilla_transformer.backends.onnx_export import export_onnx
-from vanilla_transformer.backends.onnx_model import VanillaTransformerORTForConditionalGeneration, default_session_options
+from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2
+from vanilla_transformer.backends.onnx.export import export_onnx
+from vanilla_transformer.backends.onnx.model import VanillaTransformerORTForConditionalGeneration, default_session_options
 
 ENGINES = ("torch", "ort_float32", "ort_int8", "ct2_float32")
 ENGINE_LABELS = {"torch": "PyTorch eager", "ort_float32": "ORT float32", "ort_int8": "ORT int8",

@@ -1,6 +1,6 @@
 """The package's shape, read from its source with `ast` (nothing is imported): the sealed model folder, the layer
-order of the folders, no import cycle, and the size limits of modules and functions. docs/internals.md opens with the
-same map in words."""
+order of the folders, and the size limits of modules and functions (test_package_imports.py checks for import
+cycles). docs/internals.md opens with the same map in words."""
 
 import ast
 import sys
@@ -112,36 +112,6 @@ def test_each_module_imports_only_its_own_layer_and_the_layers_below():
                 offenders.append(f"{record} ({layer(module) or 'bottom'} imports {target or 'bottom'})")
     assert not offenders, "\n".join(["Layers, bottom first: " + " < ".join(name or "bottom" for name in LAYERS),
                                      *offenders])
-
-
-def import_cycle() -> list[Import]:
-    """The edges of one cycle of top-level imports between the package's modules, or [] if there is none."""
-    graph = {module: [record for record in own(imports(path)) if record.top_level and record.module != module]
-             for module, path in MODULES.items()}
-    state, path = {}, []  # state: 1 on the current path, 2 done
-
-    def visit(module: str) -> list[Import]:
-        state[module] = 1
-        for record in graph.get(module, []):
-            path.append(record)
-            if state.get(record.module) == 1:
-                start = next(i for i, edge in enumerate(path) if module_name(edge.path) == record.module)
-                return path[start:]
-            if record.module not in state and (cycle := visit(record.module)):
-                return cycle
-            path.pop()
-        state[module] = 2
-        return []
-
-    for module in MODULES:
-        if module not in state and (cycle := visit(module)):
-            return cycle
-    return []
-
-
-def test_no_import_cycle():
-    cycle = import_cycle()
-    assert not cycle, "An import cycle:\n" + "\n".join(map(str, cycle))
 
 
 def test_no_module_is_over_the_line_limit():

@@ -521,7 +521,7 @@ def test_the_trainer_writes_trainer_state_json_last_in_a_checkpoint(corpus, toke
 
     from vanilla_transformer.training.checkpoints import COMPLETE
     from vanilla_transformer.cli.main import main
-    from vanilla_transformer.training.trainer import TrainingClock
+    from vanilla_transformer.training.callbacks import TrainingClock
 
     present = {}
     save_to_json = TrainerState.save_to_json

@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers import set_seed
 
 from ..extras import require
-from ..errors import user_errors
+from ..errors import Preempted, user_errors
 from ..hub.reachability import check_model
 from ..model_folders import check_tokenizer_fits
 from .build import (
@@ -33,7 +33,8 @@ from .report import (
 from .resume import check_resumed_model, resolve_resume, resume_checkpoint
 from .run_lock import FolderInUseError, run_lock
 from .run_record import record_arguments, record_training_time
-from .trainer import Preempted, SaveOnSignal, TrainingClock, TrainingTimeBudget, paper_learning_rate
+from .callbacks import SaveOnSignal, TrainingClock, TrainingTimeBudget
+from .trainer import paper_learning_rate
 
 
 logger = logging.getLogger(__name__)

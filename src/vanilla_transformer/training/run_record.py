@@ -71,7 +71,7 @@ def run_facts(before: RunFacts, splits, training_args) -> RunFacts:
 
 
 def record_training_time(output_dir: str | os.PathLike, clock, state) -> None:
-    """Add to the run's record the steps of the whole run and, where the `clock` (a `trainer.TrainingClock`) saw all
+    """Add to the run's record the steps of the whole run and, where the `clock` (a `callbacks.TrainingClock`) saw all
     of it, its training time."""
     record = RunRecord.read(output_dir)
     facts = record.facts

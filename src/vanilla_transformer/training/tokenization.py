@@ -51,20 +51,7 @@ def train_tokenizer(
             '`(text for row in dataset for text in row["translation"].values())`.'
         )
 
-    tokenizer = Tokenizer(models.BPE(unk_token=UNK))
-    # NFC only merges equivalent encodings of a character; NFKC would also turn the no-break spaces of Multi30k
-    # German ("120\xa0cm") into spaces, and decoding would no longer give back the original line.
-    tokenizer.normalizer = normalizers.NFC()
-    # Byte-level: every string is a sequence of its UTF-8 bytes, all 256 of which are in the vocabulary, so nothing
-    # is ever <unk> and the decoder restores spaces, casing and punctuation exactly. No prefix space is added, so
-    # the decoded text gains none.
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {EOS}",
-        pair=f"$A {EOS} $B:1 {EOS}:1",
-        special_tokens=[(EOS, SPECIAL_TOKENS.index(EOS))],
-    )
+    tokenizer = _byte_level_bpe()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -84,6 +71,25 @@ def train_tokenizer(
         model_max_length=1024,
         padding_side="right",
     )
+
+
+def _byte_level_bpe() -> Tokenizer:
+    """An untrained byte-level BPE whose encodings end with `</s>`."""
+    tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+    # NFC only merges equivalent encodings of a character; NFKC would also turn the no-break spaces of Multi30k
+    # German ("120\xa0cm") into spaces, and decoding would no longer give back the original line.
+    tokenizer.normalizer = normalizers.NFC()
+    # Byte-level: every string is a sequence of its UTF-8 bytes, all 256 of which are in the vocabulary, so nothing
+    # is ever <unk> and the decoder restores spaces, casing and punctuation exactly. No prefix space is added, so
+    # the decoded text gains none.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}",
+        pair=f"$A {EOS} $B:1 {EOS}:1",
+        special_tokens=[(EOS, SPECIAL_TOKENS.index(EOS))],
+    )
+    return tokenizer
 
 
 def _texts(texts_or_files: Iterable[str] | list[os.PathLike]) -> Iterable[str]:

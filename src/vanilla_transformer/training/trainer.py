@@ -8,32 +8,26 @@
   are built, so that a bad id gets a clear error and the training step never waits for the device to check it.
 - `label_smoothed_cross_entropy`: section 5.4's label-smoothed loss in torch's fused kernel.
 
-The `train` command's speed-ups for CPU training live apart, in `cpu_training.py`.
+The `train` command's speed-ups for CPU training live apart, in `cpu_speedups.py`, its callbacks in `callbacks.py`.
 - `tokenize_pairs` and `translation_metrics`: preprocessing and BLEU/chrF evaluation for `predict_with_generate`.
 """
 
-import contextlib
 import copy
-import json
 import logging
-import signal
-import time
 from collections.abc import Sequence
 from functools import partial
 from itertools import chain
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
-from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_utils import seed_worker
 
 from ..inference.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .arguments import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
-from ..errors import Preempted
 from ..inference.metrics import score_translations
 from .tokenization import BPEDropout
 
@@ -283,114 +277,6 @@ class BPEDropoutDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, list[int]]:
         sources, targets = self.segmented(self.epoch)
         return {"input_ids": sources[index], "attention_mask": [1] * len(sources[index]), "labels": targets[index]}
-
-
-class TrainingClock(TrainerCallback):
-    """The wall-clock time of training across resumes: every checkpoint records the seconds of training (evaluations
-    included) and the sessions that led to it in `TRAINING_TIME_FILE`, and a run resumed from it starts its clock
-    there. After `train()`, `seconds` and `sessions` describe the whole run; the Trainer's `train_runtime` is this
-    session's only."""
-
-    TRAINING_TIME_FILE = "training_time.json"
-
-    def __init__(self, resume_from_checkpoint: str | None = None):
-        recorded = {}
-        if resume_from_checkpoint and (path := Path(resume_from_checkpoint) / self.TRAINING_TIME_FILE).is_file():
-            recorded = json.loads(path.read_text(encoding="utf-8"))
-        # A checkpoint saved without the clock (an earlier release) leaves the time before it unknown.
-        self.complete = not resume_from_checkpoint or bool(recorded)
-        self.before = float(recorded.get("seconds", 0.0))
-        self.sessions = int(recorded.get("sessions", 1 if resume_from_checkpoint else 0)) + 1
-        self.start = None
-        self.seconds = self.before
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
-
-    def _measure(self) -> float:
-        if self.start is not None:
-            self.seconds = self.before + time.perf_counter() - self.start
-        return self.seconds
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if state.is_world_process_zero and folder.is_dir() and self.complete:
-            record = dict(seconds=self._measure(), sessions=self.sessions)
-            (folder / self.TRAINING_TIME_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self._measure()
-
-
-class TrainingTimeBudget(TrainerCallback):
-    """Stops training, with a checkpoint, at the first optimizer step that ends more than `minutes` after training
-    began. Section 6.1 averages checkpoints written on a clock; this bounds a run by the clock too, while `max_steps`
-    stays the plan: a run that finishes its steps in time is untouched (and so reproducible step for step), and the
-    section 5.3 rate does not depend on the planned length, so a run cut short follows the same schedule."""
-
-    def __init__(self, minutes: float):
-        if not minutes > 0:
-            raise ValueError(f"The training time budget must be a positive number of minutes, got {minutes!r}.")
-        self.seconds = 60.0 * minutes
-        self.started = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.started = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        elapsed = time.perf_counter() - self.started
-        if elapsed > self.seconds and state.global_step < state.max_steps:
-            logger.warning(
-                "Training time budget of %.1f minutes spent: stopping at step %d of %d (%.1f minutes).",
-                self.seconds / 60, state.global_step, state.max_steps, elapsed / 60,
-            )
-            control.should_training_stop = True
-            control.should_save = True
-        return control
-
-
-class SaveOnSignal(TrainerCallback):
-    """SIGTERM, the signal by which SLURM, Kubernetes and spot instances preempt a job, handled as a stop with a
-    checkpoint: during training the step under way ends, a checkpoint is written and training stops; `stopped` then
-    holds the signal and the step, and the command raises `Preempted`. Before training begins there is nothing to
-    save, and after it ends the run saves on its own: the signal raises `Preempted` at once. Installed by `handling`,
-    in the main thread of one process."""
-
-    def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM,)):
-        self.signals = signals
-        self.training = False
-        self.received = None
-        self.stopped = None  # (signal, step) once training stopped for a signal
-
-    @contextlib.contextmanager
-    def handling(self):
-        """The signals handled inside the block, their former handlers restored after it."""
-        former = {number: signal.signal(number, self.handle) for number in self.signals}
-        try:
-            yield self
-        finally:
-            for number, handler in former.items():
-                signal.signal(number, handler)
-
-    def handle(self, number, frame):
-        if not self.training:
-            raise Preempted(f"stopped by {signal.Signals(number).name}", number)
-        self.received = number
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.training = True
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.received is not None:
-            logger.warning("%s received: saving a checkpoint at step %d and stopping",
-                           signal.Signals(self.received).name, state.global_step)
-            control.should_save = True
-            control.should_training_stop = True
-            self.stopped = (self.received, state.global_step)
-        return control
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.training = False
 
 
 def tokenize_pairs(
