@@ -222,7 +222,7 @@ CARD_SAMPLES = 5
 
 
 def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses) -> "CardFacts":
-    """evaluate's scores as the results file of `model-card --results` and `push --card-results` (hub.py): one
+    """evaluate's scores as the results file of `model-card --results` and `push --card-results` (hub/card_facts.py): one
     evaluation named by --dataset and --split, decoded as the options say, and the first non-empty pairs as samples."""
     result = dict(
         dataset=args.dataset or (Path(args.src).name if args.src != "-" else None),  # None: the card says "not named"
