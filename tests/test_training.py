@@ -16,10 +16,10 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.errors import UserError
+from vanilla_transformer.training.callbacks import TrainingTimeBudget
 from vanilla_transformer.training.trainer import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
-    TrainingTimeBudget,
     label_smoothed_cross_entropy,
     paper_learning_rate,
     paper_training_arguments,

@@ -221,7 +221,7 @@ def _scores(args: argparse.Namespace, hypotheses: list[str], references: list[st
 CARD_SAMPLES = 5
 
 
-def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses) -> "CardFacts":
+def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses):
     """evaluate's scores as the results file of `model-card --results` and `push --card-results` (hub/card_facts.py): one
     evaluation named by --dataset and --split, decoded as the options say, and the first non-empty pairs as samples."""
     result = dict(

@@ -1,7 +1,9 @@
 """Trainer callbacks of the train command: the run's clock across resumes, a wall-time budget, and a checkpoint on
 SIGTERM (preemption)."""
 
+import contextlib
 import json
+import logging
 import signal
 import time
 from pathlib import Path
@@ -9,6 +11,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..errors import Preempted
+
+
+logger = logging.getLogger(__name__)
 
 
 class TrainingClock(TrainerCallback):
@@ -117,3 +122,6 @@ class SaveOnSignal(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.training = False
+
+
+__all__ = ["SaveOnSignal", "TrainingClock", "TrainingTimeBudget"]

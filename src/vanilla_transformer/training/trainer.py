@@ -338,7 +338,6 @@ __all__ = [
     "BPEDropoutDataset",
     "TokenBatchSeq2SeqTrainer",
     "TokenIdCheckingCollator",
-    "TrainingTimeBudget",
     "label_smoothed_cross_entropy",
     "paper_learning_rate",
     "paper_training_arguments",
