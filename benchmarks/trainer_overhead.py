@@ -56,9 +56,8 @@ from vanilla_transformer.inference.batching import TokenBatchSampler
 from vanilla_transformer.training.cpu_speedups import CPU16BitDropout, CPUSeq2SeqTrainer
 from vanilla_transformer.training.build import cpu_speedups, new_model_config
 from vanilla_transformer.training.parsing import parse_arguments
-from vanilla_transformer.training.trainer import (
-    TokenBatchSeq2SeqTrainer, TrainingTimeBudget, check_feature_token_ids, paper_learning_rate
-)
+from vanilla_transformer.training.callbacks import TrainingTimeBudget
+from vanilla_transformer.training.trainer import TokenBatchSeq2SeqTrainer, check_feature_token_ids, paper_learning_rate
 
 SMOKE_PAIRS = 2000
 MODES = ("Trainer", "bare")

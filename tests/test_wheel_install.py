@@ -45,7 +45,7 @@ CHECK_SCRIPT = textwrap.dedent(
     package = Path(vanilla_transformer.__file__).parent
     print(json.dumps(dict(
         package=str(package), model=type(model).__name__, generated=list(ids.shape),
-        template=(package / "model_card_template.md").is_file(),
+        template=(package / "hub" / "model_card_template.md").is_file(),
         saved_code=sorted(path.name for path in folder.glob("*.py")),
     )))
     """
@@ -99,7 +99,7 @@ def test_the_wheel_built_from_the_sdist_installs_into_a_new_venv_and_runs(tmp_pa
     sdist, wheel = build_sdist_and_wheel(source, tmp_path / "dist")
     with tarfile.open(sdist) as archive:
         names = archive.getnames()
-    assert any(name.endswith("src/vanilla_transformer/model_card_template.md") for name in names)
+    assert any(name.endswith("src/vanilla_transformer/hub/model_card_template.md") for name in names)
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv)
