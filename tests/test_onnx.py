@@ -1,7 +1,10 @@
 """ONNX export and the ONNX Runtime model: on a number-words model trained here, ONNX Runtime's `generate()` gives
 the PyTorch model's tokens in greedy and beam search (section 6.1's decoding: GNMT penalty, source + 50 limit), with
 and without its cache; int8 costs under a point of exact match; the export refuses a bad --out; the translate and
-evaluate commands and `pipeline("translation")` run the ONNX folder."""
+evaluate commands and `pipeline("translation")` run the ONNX folder.
+
+Slow: training the model and exporting it take ~30 s on 2 CPU cores. CI's version cells run this module beside the
+fast subset (`-m "not slow or onnx"`): the exporter is what changes most from one torch to the next."""
 
 import json
 import random
@@ -12,6 +15,8 @@ import torch
 from packaging.version import Version
 from conftest import tiny_config_for
 from transformers import AutoTokenizer, GenerationConfig, pipeline
+
+pytestmark = [pytest.mark.slow, pytest.mark.onnx]
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")

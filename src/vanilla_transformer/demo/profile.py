@@ -1,6 +1,7 @@
 """The number-words demo as a kind of `train` run: its defaults, its output folder, its corpus, the samples it shows
 and what its report adds (exact match per magnitude, the numbers seen in training). The `train` command runs it when
-it is given no data flag (`train_command.py`)."""
+it is given no data flag (`train_command.py`). The corpus (`datasets`, `num2words`) is imported when the run
+uses it, so that `train --help` does not pay for it."""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -8,7 +9,6 @@ from typing import Any
 from ..training.profile import RunProfile
 from ..errors import UserError
 from . import report
-from .corpus import number_words_corpus
 
 
 DEMO_OUTPUT_DIR = "outputs/number-words-en-fr"
@@ -53,6 +53,8 @@ class DemoProfile(RunProfile):
         return True
 
     def load_data(self, data_args, seed: int) -> dict:
+        from .corpus import number_words_corpus
+
         try:
             return dict(number_words_corpus(
                 data_args.target_lang, data_args.demo_train_size, max_digits=data_args.demo_max_digits, seed=seed

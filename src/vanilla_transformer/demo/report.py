@@ -3,7 +3,6 @@ magnitude, the numbers below 1,000 seen in training (the `seen` split) scored ap
 same in the model card's results. The demo's profile (`profile.py`) adds these to the `train` command's test report."""
 
 from ..training.profile import print_pair
-from .corpus import describe_training
 
 
 def exact_match_by_magnitude(pairs, hypotheses: list[str], target_lang: str) -> dict[str, tuple[int, float]]:
@@ -66,6 +65,8 @@ def card_evaluations(metrics: dict) -> list[tuple[str, str, dict]]:
 
 def card_extras(splits, hypotheses: dict[str, list[str]], target_lang: str) -> dict:
     """What card_results.json adds for the demo: its training data in words, and exact match per magnitude."""
+    from .corpus import describe_training  # datasets and num2words: not for `train --help`
+
     return dict(
         training_data=describe_training(splits["train"]),
         exact_match_by_magnitude={

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data import load_parallel_corpus
 
 
 @dataclass(frozen=True)
@@ -38,6 +37,8 @@ class RunProfile:
     def load_data(self, data_args, seed: int) -> dict:
         """The `train` split and optional `validation` / `test` splits, as `translation` pair datasets: the files or
         Hub dataset the data flags give."""
+        from .data import load_parallel_corpus  # datasets: imported when a run loads its data, not for --help
+
         languages = dict(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
         splits = {
             "train": load_parallel_corpus(
