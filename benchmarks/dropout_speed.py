@@ -1,4 +1,4 @@
-"""Section 5.4's dropout on a CPU: the train command's `dropout16` speed-up (cpu_training.py: 16 random bits per
+"""Section 5.4's dropout on a CPU: the train command's `dropout16` speed-up (training/cpu_speedups.py: 16 random bits per
 element, one 64-bit draw per four elements) against torch's `nn.functional.dropout` (one random float per element), in our
 model's full training step.
 

@@ -90,7 +90,7 @@ def parse_args(argv=None):
     parser.add_argument("--pairs", type=int, default=None, help="only the first PAIRS training pairs")
     parser.add_argument("--default-malloc", action="store_true",
                         help="on a CPU, leave glibc's malloc as it is (the train command's keep_memory speed-up "
-                        "fixes its thresholds: cpu_training.py)")
+                        "fixes its thresholds: training/cpu_speedups.py)")
     args = parser.parse_args(argv)
     args.repeats = max(args.repeats, 1)
     if args.smoke:
@@ -334,7 +334,7 @@ def measure_data_path(args, dataset, collator, vocab_size: int) -> dict:
 
 def report(env, settings, results, ratio, profiles, data_path) -> str:
     precision = "bf16 autocast" if settings["bf16"] else "fp32"
-    malloc = "glibc's malloc as it is" if settings["default_malloc"] else "malloc keeping freed memory (cpu_training.py)"
+    malloc = "glibc's malloc as it is" if settings["default_malloc"] else "malloc keeping freed memory (training/cpu_speedups.py)"
     lines = [
         "## The Trainer's step against the bare step" + (" (smoke run)" if settings["smoke"] else ""),
         "",
