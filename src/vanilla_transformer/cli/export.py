@@ -40,6 +40,14 @@ def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpa
     return args
 
 
+def _write(export, args: argparse.Namespace, quantization: str | None, kind: str) -> None:
+    """`export(model, out, quantization, max_positions, force=...)` on the parsed flags, and the line that says so."""
+    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
+    with user_errors(ValueError, OSError), write_errors(args.out, folder_size(args.model, "model.safetensors")):
+        export(args.model, args.out, quantization, args.max_positions, force=args.force)
+    print(f"{kind} model written to {args.out}")
+
+
 def export_ct2_command(argv: list[str]) -> None:
     parser = _export_parser(
         "vanilla-transformer export-ct2",
@@ -55,10 +63,7 @@ def export_ct2_command(argv: list[str]) -> None:
     args = _export_arguments(parser, argv)
     from ..backends.ctranslate2.export import export_ctranslate2
 
-    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
-    with user_errors(ValueError, OSError), write_errors(args.out, folder_size(args.model, "model.safetensors")):
-        export_ctranslate2(args.model, args.out, args.quantization, args.max_positions, force=args.force)
-    print(f"CTranslate2 model written to {args.out}")
+    _write(export_ctranslate2, args, args.quantization, "CTranslate2")
 
 
 def export_onnx_command(argv: list[str]) -> None:
@@ -76,7 +81,4 @@ def export_onnx_command(argv: list[str]) -> None:
     args = _export_arguments(parser, argv)
     from ..backends.onnx.export import export_onnx
 
-    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
-    with user_errors(ValueError, OSError), write_errors(args.out, folder_size(args.model, "model.safetensors")):
-        export_onnx(args.model, args.out, args.quantize, args.max_positions, force=args.force)
-    print(f"ONNX model written to {args.out}")
+    _write(export_onnx, args, args.quantize, "ONNX")

@@ -4,7 +4,6 @@ not at all (`text_files.output_file`)."""
 
 import argparse
 import functools
-import json
 import sys
 from pathlib import Path
 
@@ -193,9 +192,7 @@ def evaluate_command(argv: list[str]) -> None:
     scores = _scores(args, hypotheses, references)
     if args.json:
         with user_errors(OSError, path=args.json), write_errors(Path(args.json).parent), output_file(args.json) as file:
-            json.dump(_card_results(args, scores, sources, references, hypotheses).to_json(), file, indent=2,
-                      ensure_ascii=False)
-            file.write("\n")
+            file.write(_card_results(args, scores, sources, references, hypotheses).text())
         print(f"results written to {args.json}")
 
 

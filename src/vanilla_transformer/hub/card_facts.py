@@ -192,8 +192,12 @@ class CardFacts:
         known = {name: getattr(self, name) for name in self._ORDER if getattr(self, name) is not None}
         return {**known, **self.extra}
 
+    def text(self) -> str:
+        """`card_results.json`'s text."""
+        return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+
     def write(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
+        Path(path).write_text(self.text(), encoding="utf-8")
 
 
 def read_card_facts(results: "CardFacts | dict | str | os.PathLike | None", run_dir: str | os.PathLike) -> CardFacts:

@@ -18,8 +18,8 @@ class RunProfile:
 
     `defaults`: flag defaults over the recipe's (`arguments.PAPER_DEFAULTS`); `no_cuda_defaults`: over those, on a
     machine without CUDA; `output_dir`: where the run trains without `--output-dir` (None: the flag is required);
-    `demo`: what `run_arguments.json` records of the run under that name. A profile is true when it sets defaults
-    of its own, false for the paper's recipe on the user's data."""
+    `demo`: what `run_arguments.json` records of the run under that name. A profile is true for the demo, false
+    for the paper's recipe on the user's data."""
 
     name: str = "paper"
     defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -28,7 +28,7 @@ class RunProfile:
     demo: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.defaults)
+        return self.demo
 
     def has_validation(self, data_args) -> bool:
         """Whether the run has validation pairs to evaluate on: validation files given."""
