@@ -30,7 +30,7 @@ import numpy as np
 
 from common import DEFAULT_DATA_DIR, markdown_table, read_lines
 from data_path import simulated_pairs
-from vanilla_transformer.inference.batching import TokenBatchSampler
+from vanilla_transformer.training.batch_samplers import TokenBatchSampler
 from vanilla_transformer.training.tokenization import train_tokenizer
 
 SMOKE_PAIRS = 2000

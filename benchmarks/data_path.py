@@ -172,7 +172,7 @@ def run_one(args) -> dict:
     from transformers import DataCollatorForSeq2Seq
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.inference.batching import TokenBatchSampler
+    from vanilla_transformer.training.batch_samplers import TokenBatchSampler
     from vanilla_transformer.training.data import (
         default_num_proc, load_parallel_corpus, pair_texts, sample_pairs, single_threaded_tokenizers
     )

@@ -91,7 +91,7 @@ def training_batches(args, tokenizer) -> list[dict]:
     # Only the main process batches: imported here, the model processes skip loading accelerate and pyarrow.
     from transformers import DataCollatorForSeq2Seq
 
-    from vanilla_transformer.inference.batching import TokenBatchSampler
+    from vanilla_transformer.training.batch_samplers import TokenBatchSampler
 
     sources = read_lines(args.data_dir / "train.en.gz", args.pairs)
     targets = read_lines(args.data_dir / "train.de.gz", args.pairs)

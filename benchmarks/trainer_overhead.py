@@ -52,7 +52,7 @@ from common import (
     synchronize,
 )
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.inference.batching import TokenBatchSampler
+from vanilla_transformer.training.batch_samplers import TokenBatchSampler
 from vanilla_transformer.training.cpu_speedups import CPU16BitDropout, CPUSeq2SeqTrainer
 from vanilla_transformer.training.build import cpu_speedups, new_model_config
 from vanilla_transformer.training.parsing import parse_arguments

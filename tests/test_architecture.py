@@ -17,7 +17,7 @@ PACKAGE_INIT_MAY_IMPORT = ("model",)
 # model/ is exactly what `save_pretrained` copies next to every model, so it must load with nothing of the package
 # around it: its files import each other (relatively) and these distributions, and the standard library.
 MODEL_FILES = ("__init__.py", "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py",
-               "generation_vanilla_transformer.py", "pipeline_vanilla_transformer.py")
+               "generation_vanilla_transformer.py", "decoding_vanilla_transformer.py", "pipeline_vanilla_transformer.py")
 MODEL_DEPENDENCIES = ("torch", "transformers", "huggingface_hub", "packaging")
 MAX_MODULE_LINES = 400
 LONGER_MODULES_ALLOWED = ("model/modeling_vanilla_transformer.py",)

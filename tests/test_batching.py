@@ -15,12 +15,8 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.inference.batching import (
-    ResegmentedTokenBatchSampler,
-    TokenBatchSampler,
-    cut_batches,
-    length_sorted_batches,
-)
+from vanilla_transformer.inference.batching import cut_batches, length_sorted_batches
+from vanilla_transformer.training.batch_samplers import ResegmentedTokenBatchSampler, TokenBatchSampler
 
 
 def multi30k_like_lengths(num_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +81,7 @@ def test_max_sentences_caps_the_batches_of_short_pairs_only():
 def test_a_pair_longer_than_the_budget_is_a_lone_batch_reported_once(caplog):
     source, target = multi30k_like_lengths(300)
     source[17], target[42] = 500, 300
-    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.inference.batching"):
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.training.batch_samplers"):
         sampler = TokenBatchSampler(source, target, max_tokens=256)
         batches = list(sampler)
         sampler.set_epoch(1)

@@ -12,7 +12,7 @@ from transformers import DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.inference.batching import TokenBatchSampler
+from vanilla_transformer.training.batch_samplers import TokenBatchSampler
 from vanilla_transformer.inference.compiled_decoding import GENERATE_KWARGS, bucket_length, compiled_decoding, default_mode
 from vanilla_transformer.training.trainer import label_smoothed_cross_entropy
 from vanilla_transformer.inference.translate import translate_lines

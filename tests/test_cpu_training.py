@@ -299,7 +299,8 @@ def test_a_model_trained_with_or_without_the_speedups_saves_the_same_files_and_c
         saved[name] = ({path.name for path in folder.iterdir()}, json.loads((folder / "config.json").read_text()))
     assert saved["with"] == saved["without"]
     files, config = saved["with"]
-    model_code = {f"{part}_vanilla_transformer.py" for part in ("configuration", "generation", "modeling", "pipeline")}
+    model_code = {f"{part}_vanilla_transformer.py" for part in ("configuration", "generation", "decoding", "modeling",
+                                                                   "pipeline")}
     assert model_code | {"config.json", "generation_config.json", "model.safetensors"} <= files
     assert not {name for name in files if name.endswith(".py")} - model_code
     assert "dropout_implementation" not in config

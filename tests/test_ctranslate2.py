@@ -338,3 +338,66 @@ def test_the_torch_backend_points_a_ctranslate2_folder_to_the_ct2_backend(paper_
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1
     assert f"{ct2_dir} is a CTranslate2 folder (from export-ct2): translate or evaluate it with --backend ct2" in error
+
+
+# Runs the console script's entry on the arguments in sys.argv[1] (JSON), then prints its output and whether torch was
+# imported: the ct2 backend needs CTranslate2, tokenizers and transformers' torch-free parts only.
+CT2_COMMAND_SCRIPT = """
+import contextlib, io, json, sys
+import vanilla_transformer_cli
+
+sys.argv = ["vanilla-transformer", *json.loads(sys.argv[1])]
+output = io.StringIO()
+with contextlib.redirect_stdout(output):
+    vanilla_transformer_cli.main()
+print(json.dumps({"output": output.getvalue(), "torch": "torch" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_the_ct2_backends_commands_import_no_torch(paper_model, tmp_path, command):
+    import json
+    import subprocess
+    import sys
+
+    model_dir, ct2_dir = paper_model
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES[:3]) + "\n")
+    expected = BACKENDS["torch"](model_dir, "cpu")(SENTENCES[:3], max_new_tokens=MAX_NEW_TOKENS)
+    arguments = ["--model", str(ct2_dir), "--backend", "ct2", "--max-new-tokens", str(MAX_NEW_TOKENS)]
+    if command == "translate":
+        arguments += ["--input", str(source)]
+    else:
+        hypotheses = tmp_path / "hypotheses.txt"
+        arguments += ["--src", str(source), "--ref", str(source), "--output-hyps", str(hypotheses)]
+    run = subprocess.run([sys.executable, "-c", CT2_COMMAND_SCRIPT, json.dumps([command, *arguments])],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert report["torch"] is False
+    written = report["output"] if command == "translate" else hypotheses.read_text()
+    assert written.splitlines() == expected
+
+
+def test_the_ct2_backend_loads_the_tokenizer_autotokenizer_loads(paper_model, tmp_path):
+    """The folder's tokenizer without AutoTokenizer (which imports torch) is AutoTokenizer's; a folder naming another
+    class still goes through AutoTokenizer."""
+    import json
+
+    from vanilla_transformer.backends.ctranslate2.search import load_tokenizer
+
+    _, ct2_dir = paper_model
+    expected = AutoTokenizer.from_pretrained(ct2_dir)
+    loaded = load_tokenizer(ct2_dir)
+    assert type(loaded) is type(expected)
+    assert loaded.get_vocab() == expected.get_vocab()
+    assert loaded.special_tokens_map == expected.special_tokens_map
+    assert loaded.model_max_length == expected.model_max_length
+    assert loaded(SENTENCES)["input_ids"] == expected(SENTENCES)["input_ids"]
+    config = json.loads((ct2_dir / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    other = tmp_path / "other"
+    other.mkdir()
+    for path in ct2_dir.glob("tokenizer*.json"):
+        (other / path.name).write_bytes(path.read_bytes())
+    (other / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "BartTokenizer"}))
+    assert type(load_tokenizer(other)).__name__ == type(AutoTokenizer.from_pretrained(other)).__name__

@@ -369,9 +369,9 @@ def test_what_a_killed_command_left_beside_its_output_is_removed_by_the_next(tmp
 
 def in_chunks_of(size, monkeypatch) -> list[int]:
     """Make the commands translate `size` lines at a time; the sizes of the chunks translated are recorded."""
-    from vanilla_transformer.inference import translate as translate_module
+    from vanilla_transformer.inference import lines as lines_module
 
-    sizes, translate_in_chunks = [], translate_module.translate_in_chunks
+    sizes, translate_in_chunks = [], lines_module.translate_in_chunks
 
     def recording(translate, lines, **options):
         def recording_translate(chunk, **chunk_options):
@@ -380,7 +380,7 @@ def in_chunks_of(size, monkeypatch) -> list[int]:
 
         return translate_in_chunks(recording_translate, lines, chunk_lines=size, **options)
 
-    monkeypatch.setattr(translate_module, "translate_in_chunks", recording)
+    monkeypatch.setattr(lines_module, "translate_in_chunks", recording)
     return sizes
 
 

@@ -1,9 +1,9 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model.
 
-`import vanilla_transformer` makes the Auto classes and `pipeline("translation")` know the model (`model/__init__.py`).
+`import vanilla_transformer` makes the Auto classes and `pipeline("translation")` know the model (`model.register`).
 When the `vanilla-transformer` command started the process (`vanilla_transformer_cli`), this stays lazy instead, so
 that `--help` imports neither torch nor transformers: the public names are imported when first used, and the command
-imports `model/` before it loads or saves a model.
+registers the model before it loads or saves one.
 """
 
 import importlib
@@ -37,6 +37,9 @@ if "vanilla_transformer_cli" not in sys.modules:
         VanillaTransformerPreTrainedModel,
     )
     from .model.pipeline_vanilla_transformer import TranslationPipeline
+    from .model import register
+
+    register()
 
 __all__ = [
     "VanillaTransformerConfig",

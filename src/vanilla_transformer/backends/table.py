@@ -8,7 +8,8 @@ onto a device and returns a `translate(lines, **options)` function, looked up by
   (`onnx/model.py`, then `translate.translate_lines` as for `torch`); needs the `onnx` extra.
 
 All batch alike (`batching.length_sorted_batches`) and read the decoding settings as `generate()` reads them. Each
-backend imports what runs it when it loads a folder, so that the table itself imports neither torch nor transformers.
+backend imports what runs it when it loads a folder, so that the table itself imports neither torch nor transformers;
+the torch and ONNX backends register the model with transformers (`model.register`), CTranslate2's needs neither.
 """
 
 import functools
@@ -26,7 +27,9 @@ def torch_translator(model_dir: PathLike, device: str | None = None) -> Translat
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from ..inference.translate import translate_lines
+    from ..model import register
 
+    register()  # AutoModelForSeq2SeqLM knows the model
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()
@@ -46,8 +49,10 @@ def onnx_translator(model_dir: PathLike, device: str | None = None) -> Translato
     from transformers import AutoTokenizer
 
     from ..inference.translate import translate_lines
+    from ..model import register
     from .onnx.model import VanillaTransformerORTForConditionalGeneration
 
+    register()  # the pipelines, and the configuration class that the ONNX folder's config.json names
     model = VanillaTransformerORTForConditionalGeneration.from_pretrained(model_dir, device=device)
     return functools.partial(translate_lines, model, AutoTokenizer.from_pretrained(model_dir))
 

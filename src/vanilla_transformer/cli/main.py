@@ -15,7 +15,6 @@ from or sent to it (`hub.reachability.hub_unreachable`), and a push that the Hub
 """
 
 import contextlib
-import importlib
 import sys
 
 from ..errors import CommandParser, UserError
@@ -37,6 +36,9 @@ COMMANDS = {
     "model-card": (model_card_command, "Write the Hub model card (README.md) of a saved model."),
     "push": (push_command, "Upload a saved model, its tokenizer, code and model card to the Hub."),
 }
+
+# The commands whose backend registers the model when it loads one (backends/table.py).
+REGISTERED_BY_BACKEND = ("translate", "evaluate")
 
 
 @contextlib.contextmanager
@@ -86,7 +88,11 @@ def main(argv: list[str] | None = None) -> None:
             return
         # The model's classes and pipelines registered with transformers (model/__init__.py), for the commands that
         # load or save a model: the package's __init__ leaves them to the first use when the command line starts.
-        importlib.import_module("vanilla_transformer.model")
+        # translate and evaluate leave it to their backend: CTranslate2's needs neither torch nor the registration.
+        if name not in REGISTERED_BY_BACKEND:
+            from ..model import register
+
+            register()
         with quiet_model_loading(name != "train"):
             command(argv[1:])
 

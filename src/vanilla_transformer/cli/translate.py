@@ -4,6 +4,7 @@ not at all (`text_files.output_file`)."""
 
 import argparse
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def translate_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
 
-    from ..inference.translate import translate_in_chunks
+    from ..inference.lines import translate_in_chunks
     from ..text_files import InvalidUTF8Error, iter_lines, output_file
 
     check_output_file(args.output)
@@ -253,15 +254,21 @@ def _decoding_description(args: argparse.Namespace) -> str | None:
 
 
 def _target_lang(args: argparse.Namespace) -> str:
-    """The language of evaluate's references: --target-lang, else the model config's `target_lang`, else English."""
-    from transformers import PretrainedConfig
-
+    """The language of evaluate's references: --target-lang, else the model config's `target_lang`, else English. A
+    local folder's config.json is read as JSON, without transformers (an export-ct2 folder's is CTranslate2's, with no
+    target_lang): the ct2 backend imports no torch."""
     if args.target_lang:
         return args.target_lang
-    try:  # an export-ct2 folder carries no target_lang
-        return PretrainedConfig.get_config_dict(args.model)[0].get("target_lang") or "en"
+    try:
+        if Path(args.model).is_dir():
+            config = json.loads((Path(args.model) / "config.json").read_text(encoding="utf-8"))
+        else:  # a Hub id
+            from transformers import PretrainedConfig
+
+            config = PretrainedConfig.get_config_dict(args.model)[0]
     except (OSError, ValueError):
         return "en"
+    return (config.get("target_lang") if isinstance(config, dict) else None) or "en"
 
 
 def plot_attention_command(argv: list[str]) -> None:

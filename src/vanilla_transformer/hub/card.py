@@ -243,7 +243,7 @@ def _decoding(model_dir: Path) -> dict | None:
     return dict(
         num_beams=generation.num_beams,
         length_penalty=generation.length_penalty,
-        # Section 6.1's settings that transformers lacks (see generation_vanilla_transformer.py); absent in folders
+        # Section 6.1's settings that transformers lacks (see decoding_vanilla_transformer.py); absent in folders
         # saved before they existed, which then decode with transformers' own length penalty and limits.
         gnmt=getattr(generation, "length_penalty_type", "transformers") == "gnmt",
         max_length_over_source=getattr(generation, "max_length_over_source", None),

@@ -30,7 +30,8 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
+from .decoding_vanilla_transformer import PAPER_DECODING
+from .generation_vanilla_transformer import VanillaTransformerGenerationMixin
 
 
 # --- 3.5 Positional encoding -------------------------------------------------------------------------------------

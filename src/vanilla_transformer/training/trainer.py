@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_utils import seed_worker
 
-from ..inference.batching import ResegmentedTokenBatchSampler, TokenBatchSampler
+from .batch_samplers import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .arguments import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
 from ..inference.metrics import score_translations

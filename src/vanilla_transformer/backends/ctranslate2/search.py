@@ -5,6 +5,7 @@ extra.
 """
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -12,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ...errors import InputTooLongError, NotExportedError
 from ...extras import require
 from ...inference.batching import length_sorted_batches
-from ...inference.translate import tokenize_lines
-from ...model.generation_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
+from ...inference.lines import tokenize_lines
+from ...model.decoding_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
 
 
 def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> Callable[..., list[str]]:
@@ -33,12 +34,33 @@ def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> C
         device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     device_type, _, index = device.partition(":")
     translator = ctranslate2.Translator(str(model_dir), device=device_type, device_index=int(index or 0))
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     if (model_dir / "generation_config.json").is_file():
         generation_config = GenerationConfig.from_pretrained(model_dir)
     else:
         generation_config = GenerationConfig(**PAPER_DECODING)
     return functools.partial(ct2_translate_lines, translator, tokenizer, generation_config=generation_config)
+
+
+# The tokenizer classes a saved folder names for transformers' fast tokenizer (its 5.x and 4.x names), which
+# `export-ct2` copies from the model folder.
+FAST_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
+    """The folder's tokenizer, as `AutoTokenizer.from_pretrained(model_dir)` loads it. A folder whose
+    tokenizer_config.json names the fast tokenizer's class is loaded by that class itself: `AutoTokenizer` would import
+    torch (through transformers' configs) to find the class the folder already names. Any other class goes through
+    `AutoTokenizer`."""
+    try:
+        named = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):  # no such file, or not a JSON object: AutoTokenizer says what is wrong
+        named = None
+    if named in FAST_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(model_dir)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
 
 
 # The settings of `generate()` that become CTranslate2's search settings; other options go to `translate_batch`.

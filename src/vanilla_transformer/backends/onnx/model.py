@@ -23,7 +23,8 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from ...errors import InputTooLongError, NotExportedError
 from ...extras import require
 from ...model.configuration_vanilla_transformer import VanillaTransformerConfig
-from ...model.generation_vanilla_transformer import PAPER_DECODING, VanillaTransformerGenerationMixin
+from ...model.decoding_vanilla_transformer import PAPER_DECODING
+from ...model.generation_vanilla_transformer import VanillaTransformerGenerationMixin
 from ...model.modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
 from . import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES
 from .export import cache_names
