@@ -411,12 +411,37 @@ def compare(args) -> None:
         for step in steps:
             cells = [f"{runs[name][index][step]:.3f}" if step in runs[name][index] else "" for name in names]
             print(f"| {step} | " + " | ".join(cells) + " |")
+    print_seed_spread(runs)
     if args.bleu:
         print(f"\ntest_2016_flickr, {f'update {args.bleu_at}' if args.bleu_at else 'last checkpoint'}, beam 4, length penalty 1.0 (score / length), source + 50\n")
         print("| run | updates | sacreBLEU | BLEU lowercased Moses | brevity penalty | length ratio |\n"
               "| --- | --- | --- | --- | --- | --- |")
         for name in names:
             print(bleu_row(args, work, data, work / name), flush=True)
+
+
+def seed_spread(runs: dict) -> dict:
+    """{update: {system: (mean, lowest, highest, seeds)}} of validation NLL, at the updates every run validated."""
+    systems = {}
+    for name, (_, valid) in runs.items():
+        systems.setdefault(name.split("-")[0], []).append(valid)
+    common = set.intersection(*(set(valid) for curves in systems.values() for valid in curves)) if systems else set()
+    return {step: {system: (sum(c[step] for c in curves) / len(curves), min(c[step] for c in curves),
+                            max(c[step] for c in curves), len(curves))
+                   for system, curves in sorted(systems.items())}
+            for step in sorted(common)}
+
+
+def print_seed_spread(runs: dict) -> None:
+    spread = seed_spread(runs)
+    if not spread:
+        return
+    systems = list(next(iter(spread.values())))
+    print("\nover seeds: each system's mean (lowest-highest, seeds) of the NLL above, where every run validated\n\n"
+          "| updates | " + " | ".join(systems) + " |\n| --- |" + " --- |" * len(systems))
+    for step, row in spread.items():
+        print(f"| {step} | " + " | ".join(f"{mean:.3f} ({low:.3f}-{high:.3f}, {n})"
+                                         for mean, low, high, n in row.values()) + " |")
 
 
 def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:

@@ -414,3 +414,18 @@ def test_fairseq_side_by_side_trains_ours_and_tables_both_in_nats(multi30k, tmp_
     assert all(math.log(100) < nll < math.log(1000) + 1 for nll in ours), ours  # near chance after 2 updates
     header, *rows = table_rows(training)
     assert rows[0][:2] == ["50", f"{12.6 * math.log(2):.3f}"]
+
+
+def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_updates():
+    """Each system's mean, lowest and highest validation NLL over its seeds, only where every run validated."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fairseq_side_by_side", BENCHMARKS / "fairseq_side_by_side.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = {"fairseq-s1": ({}, {250: 5.0, 500: 4.0, 504: 3.9}), "fairseq-s2": ({}, {250: 5.2, 500: 3.0}),
+            "ours-s0-abc": ({}, {250: 5.4, 500: 3.5, 600: 3.4}), "ours-s1-abc": ({}, {250: 5.6, 500: 3.7})}
+    spread = module.seed_spread(runs)
+    assert list(spread) == [250, 500]
+    assert spread[500]["fairseq"] == pytest.approx((3.5, 3.0, 4.0, 2))
+    assert spread[250]["ours"] == pytest.approx((5.5, 5.4, 5.6, 2))
