@@ -144,10 +144,9 @@ def train_ours(args) -> None:
     checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     start = (["--resume_from_checkpoint", checkpoints[-1]] if args.resume and checkpoints
              else ["--overwrite_output_dir"])
-    launcher = [sys.executable, "-m", "vanilla_transformer.cli"]
-    if args.candidates:
-        launcher = [sys.executable, __file__, "with-candidates", "--work", args.work, "--candidates", args.candidates,
-                    "--"]
+    # In process, so that the training NLL is logged beside the loss (and candidates, if any, are switched on).
+    launcher = [sys.executable, __file__, "with-candidates", "--work", args.work, "--candidates", args.candidates,
+                "--"]
     run([*launcher, "train",
          "--source_file", data / f"train.{SOURCE}.gz", "--target_file", data / f"train.{TARGET}.gz",
          "--source_lang", SOURCE, "--target_lang", TARGET, "--tokenizer_name", work / "tokenizer",
@@ -301,8 +300,41 @@ def fairseq_attention_biases(model) -> None:
 CANDIDATES = {"xavier_init": xavier_init, "attention_bias": fairseq_attention_biases}
 
 
+def log_training_nll() -> None:
+    """Each of our logging windows also logs `nll`: the NLL without smoothing in nats per target token over the
+    window's tokens, as fairseq's `nll_loss`, from the logits the loss is computed on. The loss, its gradients and
+    every random draw are untouched."""
+    from vanilla_transformer.training.trainer import TokenBatchSeq2SeqTrainer
+
+    compute_loss, log = TokenBatchSeq2SeqTrainer.compute_loss, TokenBatchSeq2SeqTrainer.log
+
+    def compute_loss_and_nll(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = compute_loss(self, model, inputs, True, num_items_in_batch)
+        if model.training:
+            with torch.no_grad():
+                logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+                labels = inputs["labels"].flatten()
+                total = torch.nn.functional.cross_entropy(logits.flatten(0, -2).float(), labels, ignore_index=-100,
+                                                          reduction="sum")
+            window = self.__dict__.setdefault("nll_window", [0.0, 0])
+            window[0] += total.item()
+            window[1] += int((labels != -100).sum())
+        return (loss, outputs) if return_outputs else loss
+
+    def log_with_nll(self, logs, *args, **kwargs):
+        window = self.__dict__.get("nll_window")
+        if "loss" in logs and window and window[1]:
+            logs["nll"] = window[0] / window[1]
+            window[:] = [0.0, 0]
+        return log(self, logs, *args, **kwargs)
+
+    TokenBatchSeq2SeqTrainer.compute_loss = compute_loss_and_nll
+    TokenBatchSeq2SeqTrainer.log = log_with_nll
+
+
 def with_candidates(args) -> None:
-    """Our train command with the named fairseq behaviours switched on (a new model's init or config)."""
+    """Our train command with the training NLL logged and the named fairseq behaviours switched on (a new model's
+    init or config)."""
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
     from vanilla_transformer.cli.main import main as cli_main
 
@@ -322,15 +354,18 @@ def with_candidates(args) -> None:
                     switch_on(self)
 
     VanillaTransformerForConditionalGeneration.__init__ = patched_init
-    print(f"candidates switched on: {names}", flush=True)
+    log_training_nll()
+    if names:
+        print(f"candidates switched on: {names}", flush=True)
     cli_main(args.extra)
 
 
 # --- compare: one table in nats --------------------------------------------------------------------------------------
 
-def fairseq_curves(run_dir: Path) -> tuple[dict, dict]:
-    """(updates -> label-smoothed training loss over the last window, updates -> validation NLL), in nats."""
-    train, valid = {}, {}
+def fairseq_curves(run_dir: Path) -> tuple[dict, dict, dict]:
+    """(updates -> label-smoothed training loss over the last window, updates -> validation NLL, updates -> training
+    NLL over the last window), in nats."""
+    train, valid, train_nll = {}, {}, {}
     for line in (run_dir / "train.log").read_text().splitlines():
         start = line.find("{")
         if start < 0:
@@ -343,15 +378,18 @@ def fairseq_curves(run_dir: Path) -> tuple[dict, dict]:
             valid[int(record["valid_num_updates"])] = float(record["valid_nll_loss"]) * math.log(2)
         elif "loss" in record and "num_updates" in record:
             train[int(record["num_updates"])] = float(record["loss"]) * math.log(2)
-    return train, valid
+            train_nll[int(record["num_updates"])] = float(record["nll_loss"]) * math.log(2)
+    return train, valid, train_nll
 
 
-def ours_train_curve(run_dir: Path) -> dict:
+def ours_train_curves(run_dir: Path) -> tuple[dict, dict]:
+    """(updates -> label-smoothed training loss, updates -> training NLL where logged), over the last window."""
     states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     if not states:
-        return {}
+        return {}, {}
     history = json.loads(states[-1].read_text())["log_history"]
-    return {int(entry["step"]): float(entry["loss"]) for entry in history if "loss" in entry}
+    return ({int(entry["step"]): float(entry["loss"]) for entry in history if "loss" in entry},
+            {int(entry["step"]): float(entry["nll"]) for entry in history if "nll" in entry})
 
 
 @torch.inference_mode()
@@ -399,12 +437,16 @@ def compare(args) -> None:
             if (run_dir / "train.log").is_file():
                 runs[run_dir.name] = fairseq_curves(run_dir)
         elif any(run_dir.glob("checkpoint-*")):
-            runs[run_dir.name] = (ours_train_curve(run_dir), ours_validation_curve(run_dir, work, data, cache))
+            train, train_nll = ours_train_curves(run_dir)
+            runs[run_dir.name] = (train, ours_validation_curve(run_dir, work, data, cache), train_nll)
             cache_file.write_text(json.dumps(cache, indent=1))
     names = sorted(runs)
     for title, index in (("training loss, label-smoothed (nats, mean of the last 50 updates)", 0),
+                         ("training NLL (nats per target token, the last 50 updates)", 2),
                          ("validation NLL (nats per target token)", 1)):
         steps = sorted({step for name in names for step in runs[name][index]})
+        if not steps:
+            continue
         if title.startswith("training"):
             steps = [s for s in steps if s in (50, 100, 200, 300, 500, 1000, 1500, 2000) or s % 1000 == 0]
         print(f"\n{title}\n\n| updates | " + " | ".join(names) + " |\n| --- |" + " --- |" * len(names))
@@ -423,7 +465,7 @@ def compare(args) -> None:
 def seed_spread(runs: dict) -> dict:
     """{update: {system: (mean, lowest, highest, seeds)}} of validation NLL, at the updates every run validated."""
     systems = {}
-    for name, (_, valid) in runs.items():
+    for name, (_, valid, _) in runs.items():
         systems.setdefault(name.split("-")[0], []).append(valid)
     common = set.intersection(*(set(valid) for curves in systems.values() for valid in curves)) if systems else set()
     return {step: {system: (sum(c[step] for c in curves) / len(curves), min(c[step] for c in curves),

@@ -401,7 +401,11 @@ def test_fairseq_side_by_side_trains_ours_and_tables_both_in_nats(multi30k, tmp_
     assert "no fairseq" in run("prepare", "--vocab-size", "1000")
     pieces = (work / "pieces" / "valid.en").read_text(encoding="utf-8").splitlines()
     assert len(pieces) == 1014 and all(line.split() for line in pieces)
-    run("ours", "--updates", "2", "--save-every", "1", "--", "--max_tokens", "1024")
+    run("ours", "--updates", "2", "--save-every", "1", "--", "--max_tokens", "1024", "--logging_steps", "1")
+    history = json.loads((work / "ours-s0" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    windows = [entry for entry in history if "loss" in entry]
+    assert [entry["step"] for entry in windows] == [1, 2]  # the training NLL beside each window's loss
+    assert all(math.log(100) < entry["nll"] < math.log(1000) + 1 for entry in windows), windows
     (work / "fairseq-s1").mkdir()
     (work / "fairseq-s1" / "train.log").write_text(FAIRSEQ_LOG)
     tables = run("compare")
@@ -412,8 +416,11 @@ def test_fairseq_side_by_side_trains_ours_and_tables_both_in_nats(multi30k, tmp_
     assert by_step["72"][0] == f"{10.735 * math.log(2):.3f}" and by_step["100"][0] == f"{9.75 * math.log(2):.3f}"
     ours = [float(by_step[step][1]) for step in ("1", "2")]
     assert all(math.log(100) < nll < math.log(1000) + 1 for nll in ours), ours  # near chance after 2 updates
+    training, training_nll = training.split("training NLL")
     header, *rows = table_rows(training)
     assert rows[0][:2] == ["50", f"{12.6 * math.log(2):.3f}"]
+    header, *rows = table_rows(training_nll)
+    assert rows[0][:2] == ["50", f"{12.485 * math.log(2):.3f}"]
 
 
 def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_updates():
@@ -423,8 +430,8 @@ def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_update
     spec = importlib.util.spec_from_file_location("fairseq_side_by_side", BENCHMARKS / "fairseq_side_by_side.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    runs = {"fairseq-s1": ({}, {250: 5.0, 500: 4.0, 504: 3.9}), "fairseq-s2": ({}, {250: 5.2, 500: 3.0}),
-            "ours-s0-abc": ({}, {250: 5.4, 500: 3.5, 600: 3.4}), "ours-s1-abc": ({}, {250: 5.6, 500: 3.7})}
+    runs = {"fairseq-s1": ({}, {250: 5.0, 500: 4.0, 504: 3.9}, {}), "fairseq-s2": ({}, {250: 5.2, 500: 3.0}, {}),
+            "ours-s0-abc": ({}, {250: 5.4, 500: 3.5, 600: 3.4}, {}), "ours-s1-abc": ({}, {250: 5.6, 500: 3.7}, {})}
     spread = module.seed_spread(runs)
     assert list(spread) == [250, 500]
     assert spread[500]["fairseq"] == pytest.approx((3.5, 3.0, 4.0, 2))
