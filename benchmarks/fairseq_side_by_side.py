@@ -194,23 +194,11 @@ def right_padded(tokens: torch.Tensor, pad: int) -> torch.Tensor:
     return torch.stack([torch.cat([row, row.new_full((tokens.shape[1] - len(row),), pad)]) for row in rows])
 
 
-def check_equivalence(args) -> None:
-    """The same weights, batch and loss through fairseq's model and ours: with fairseq's checkpoint mapped onto our
-    classes (attention biases on, fairseq's position table), the label-smoothed loss, the NLL and every gradient
-    must agree to float32 rounding. What it shows: the two compute the same function and the same gradients, so a
-    difference in learning comes from initialisation, data or the update, not from the model or the loss."""
-    import tempfile
-
+def our_model_from_fairseq(theirs: dict):
+    """Our classes holding a fairseq checkpoint's weights (`theirs`: the state, pad and eos ids and position table a
+    fairseq-side script dumped): attention biases on, fairseq's position table, float32, eval mode."""
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.training.trainer import label_smoothed_cross_entropy
 
-    work = Path(args.work)
-    with tempfile.TemporaryDirectory() as tmp:
-        dump = Path(tmp) / "fairseq.pt"
-        subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_SIDE, str(work / args.checkpoint),
-                        str(work / "fairseq-bin"), str(dump), str(args.pairs)], check=True, env=one_thread(),
-                       stderr=subprocess.DEVNULL)
-        theirs = torch.load(dump)
     state = theirs["state"]
     vocab, d_model = state["encoder.embed_tokens.weight"].shape
     layers = 1 + max(int(key.split(".")[2]) for key in state if key.startswith("encoder.layers."))
@@ -237,6 +225,26 @@ def check_equivalence(args) -> None:
     table = theirs["positions"][theirs["pad"] + 1:][:1024]
     for stack in (model.model.encoder, model.model.decoder):
         stack.embed_positions.table.copy_(table)
+    return model
+
+
+def check_equivalence(args) -> None:
+    """The same weights, batch and loss through fairseq's model and ours: with fairseq's checkpoint mapped onto our
+    classes (attention biases on, fairseq's position table), the label-smoothed loss, the NLL and every gradient
+    must agree to float32 rounding. What it shows: the two compute the same function and the same gradients, so a
+    difference in learning comes from initialisation, data or the update, not from the model or the loss."""
+    import tempfile
+
+    from vanilla_transformer.training.trainer import label_smoothed_cross_entropy
+
+    work = Path(args.work)
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "fairseq.pt"
+        subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_SIDE, str(work / args.checkpoint),
+                        str(work / "fairseq-bin"), str(dump), str(args.pairs)], check=True, env=one_thread(),
+                       stderr=subprocess.DEVNULL)
+        theirs = torch.load(dump)
+    model = our_model_from_fairseq(theirs)
     pad = theirs["pad"]
     input_ids = right_padded(theirs["src_tokens"], pad)
     labels = theirs["target"].masked_fill(theirs["target"] == pad, -100)
@@ -245,6 +253,7 @@ def check_equivalence(args) -> None:
                     decoder_attention_mask=(theirs["prev_output_tokens"] != pad).long())
     tokens = int((labels != -100).sum())
     # fairseq smooths over the other V - 1 classes, torch over all V: the same loss with epsilon * V / (V - 1).
+    vocab = model.config.vocab_size
     epsilon = TINY["label_smoothing"] * vocab / (vocab - 1)
     loss = label_smoothed_cross_entropy(epsilon)(outputs, labels)
     nll = torch.nn.functional.cross_entropy(outputs.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
@@ -265,6 +274,64 @@ def check_equivalence(args) -> None:
         errors[name] = ((parameter.grad - reference).norm() / reference.norm().clamp_min(1e-12)).item()
     worst = max(errors, key=errors.get)
     print(f"gradients of {len(errors)} tensors: largest relative difference {errors[worst]:.2e} ({worst})")
+
+
+# Run by the fairseq venv's Python: a checkpoint's weights, the test set's source sentences as fairseq binarized them
+# (end of sentence included), and its target dictionary's symbols.
+FAIRSEQ_TEST_SIDE = """
+import sys, torch
+from fairseq import checkpoint_utils
+from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+checkpoint, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
+models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
+model = models[0].float().eval()
+task.load_dataset("test")
+dataset = task.dataset("test")
+torch.save(dict(
+    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+    sources=[dataset[i]["source"] for i in range(len(dataset))], symbols=list(task.target_dictionary.symbols),
+    pad=task.target_dictionary.pad(), eos=task.target_dictionary.eos(),
+    positions=SinusoidalPositionalEmbedding.get_embedding(1100, model.encoder.embed_tokens.embedding_dim,
+                                                          task.target_dictionary.pad()),
+), out)
+"""
+
+
+@torch.inference_mode()
+def check_search(args) -> None:
+    """Our beam search on a fairseq checkpoint's weights: the test set decoded by `generate()` with the settings
+    `compare --bleu` gives both toolkits, scored as `compare --bleu` scores fairseq-generate's output of the same
+    checkpoint. Equal scores say the two searches pick the same translations, so a difference in BLEU between the
+    toolkits' runs comes from their models."""
+    import tempfile
+
+    from vanilla_transformer.inference.metrics import score_translations
+
+    work, data = Path(args.work), Path(args.data_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "fairseq.pt"
+        subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_TEST_SIDE, str(work / args.checkpoint),
+                        str(work / "fairseq-bin"), str(dump)], check=True, env=one_thread(), stderr=subprocess.DEVNULL)
+        theirs = torch.load(dump)
+    model, tokenizer = our_model_from_fairseq(theirs), tokenizer_of(work)
+    pad, eos, sources = theirs["pad"], theirs["eos"], theirs["sources"]
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    hypotheses = {}
+    for start in range(0, len(order), 64):
+        rows = order[start:start + 64]
+        input_ids = torch.nn.utils.rnn.pad_sequence([sources[i] for i in rows], batch_first=True, padding_value=pad)
+        outputs = model.generate(input_ids=input_ids, attention_mask=(input_ids != pad).long(), num_beams=4,
+                                 length_penalty=1.0, early_stopping=True, max_new_tokens=input_ids.shape[1] + 50,
+                                 do_sample=False)
+        for row, i in zip(outputs.tolist(), rows):
+            pieces = [theirs["symbols"][token] for token in row if token not in (pad, eos, 0)]
+            hypotheses[i] = tokenizer.decode(tokenizer.convert_tokens_to_ids(pieces), skip_special_tokens=True)
+    references = read_gzip_lines(data / f"{SPLITS['test']}.{TARGET}.gz")
+    scores = score_translations([hypotheses[i] for i in range(len(sources))], references, moses_lang=TARGET)
+    ratio = re.search(r"ratio = ([0-9.]+)", scores["bleu_report"]).group(1)
+    print(f"our search on {args.checkpoint}: sacreBLEU {scores['bleu']:.2f}, "
+          f"lowercased Moses {scores['bleu_lc_moses']:.2f}, brevity penalty {scores['bleu_bp']:.3f}, "
+          f"length ratio {ratio}")
 
 
 # --- candidate differences, switched on in our run alone ------------------------------------------------------------
@@ -532,7 +599,8 @@ def our_translations(work: Path, checkpoint: Path, data: Path) -> list[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["prepare", "fairseq", "ours", "compare", "with-candidates", "equivalence"])
+    parser.add_argument("command", choices=["prepare", "fairseq", "ours", "compare", "with-candidates", "equivalence",
+                                                       "search"])
     parser.add_argument("--work", required=True, help="Folder of the tokenizer, the data and every run.")
     parser.add_argument("--data-dir", default="../shared/data/multi30k", help="Multi30k's gzip files.")
     parser.add_argument("--fairseq-venv", default=".venv-fairseq")
@@ -546,7 +614,7 @@ def main(argv=None) -> None:
     parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
     parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
                                                           f"{', '.join(CANDIDATES)}.")
-    parser.add_argument("--checkpoint", help="equivalence: a fairseq checkpoint, relative to --work.")
+    parser.add_argument("--checkpoint", help="equivalence, search: a fairseq checkpoint, relative to --work.")
     parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
     parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")
     parser.add_argument("--bleu-at", type=int, help="compare --bleu: the checkpoint of this update (default: each "
@@ -557,7 +625,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.extra = extra
     commands = {"prepare": prepare, "fairseq": train_fairseq, "ours": train_ours, "compare": compare,
-                "with-candidates": with_candidates, "equivalence": check_equivalence}
+                "with-candidates": with_candidates, "equivalence": check_equivalence,
+                "search": check_search}
     commands[args.command](args)
 
 
