@@ -367,6 +367,32 @@ def fairseq_attention_biases(model) -> None:
 CANDIDATES = {"xavier_init": xavier_init, "attention_bias": fairseq_attention_biases}
 
 
+def fairseq_fixed_batches() -> None:
+    """fairseq cuts its batches once (length ties broken by one seeded permutation) and only reorders them every
+    epoch; our sampler breaks length ties anew every epoch, so its batches mix differently. Switched on: every epoch
+    keeps epoch 0's batches. The order of the batches is drawn as before, so epoch 0 is the same as without it."""
+    import numpy as np
+
+    from vanilla_transformer.training.batch_samplers import TokenBatchSampler
+
+    iterate = TokenBatchSampler.__iter__
+
+    def fixed_batches(self):
+        if not self.shuffle:
+            return iterate(self)
+        order = self._length_order(np.random.default_rng([self.seed, 0]))
+        batches = [order[start:end].tolist() for start, end in self._bounds]
+        rng = np.random.default_rng([self.seed, self.epoch])
+        rng.permutation(len(self.source_lengths))  # the ties' draw, so that the batches' order is drawn as before
+        return iter([batches[i] for i in rng.permutation(len(batches))])
+
+    TokenBatchSampler.__iter__ = fixed_batches
+
+
+# Switched on once, before training.
+TRAINING_CANDIDATES = {"fixed_batches": fairseq_fixed_batches}
+
+
 def log_training_nll() -> None:
     """Each of our logging windows also logs `nll`: the NLL without smoothing in nats per target token over the
     window's tokens, as fairseq's `nll_loss`, from the logits the loss is computed on. The loss, its gradients and
@@ -406,9 +432,12 @@ def with_candidates(args) -> None:
     from vanilla_transformer.cli.main import main as cli_main
 
     names = [name for name in args.candidates.split(",") if name]
-    unknown = set(names) - set(CANDIDATES)
+    unknown = set(names) - set(CANDIDATES) - set(TRAINING_CANDIDATES)
     if unknown:
-        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted(CANDIDATES)}")
+        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted({**CANDIDATES, **TRAINING_CANDIDATES})}")
+    for name in names:
+        if name in TRAINING_CANDIDATES:
+            TRAINING_CANDIDATES[name]()
     original_init = VanillaTransformerForConditionalGeneration.__init__
 
     def patched_init(self, config):
@@ -613,7 +642,7 @@ def main(argv=None) -> None:
                                                                "to --updates.")
     parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
     parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
-                                                          f"{', '.join(CANDIDATES)}.")
+                                                          f"{', '.join({**CANDIDATES, **TRAINING_CANDIDATES})}.")
     parser.add_argument("--checkpoint", help="equivalence, search: a fairseq checkpoint, relative to --work.")
     parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
     parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")

@@ -436,3 +436,37 @@ def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_update
     assert list(spread) == [250, 500]
     assert spread[500]["fairseq"] == pytest.approx((3.5, 3.0, 4.0, 2))
     assert spread[250]["ours"] == pytest.approx((5.5, 5.4, 5.6, 2))
+
+
+def test_fairseq_side_by_side_fixed_batches_keeps_epoch_0s_batches_in_a_new_order(monkeypatch):
+    """The `fixed_batches` candidate: epoch 0 as without it, every later epoch the same batches as epoch 0 (fairseq's
+    batches, cut once), in the order our sampler draws for that epoch, where without it the batches mix anew."""
+    import importlib.util
+
+    from vanilla_transformer.training.batch_samplers import TokenBatchSampler
+
+    spec = importlib.util.spec_from_file_location("fairseq_side_by_side", BENCHMARKS / "fairseq_side_by_side.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lengths = torch.Generator().manual_seed(0)
+    sources, targets = (torch.randint(3, 12, (500,), generator=lengths).tolist() for _ in range(2))
+    sampler = TokenBatchSampler(sources, targets, max_tokens=64, seed=3)
+
+    def epochs():
+        batches = []
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            batches.append(list(sampler))
+        return batches
+
+    def composition(batches):
+        return sorted(tuple(sorted(batch)) for batch in batches)
+
+    anew = epochs()
+    monkeypatch.setattr(TokenBatchSampler, "__iter__", TokenBatchSampler.__iter__)  # restored after the test
+    module.fairseq_fixed_batches()
+    fixed = epochs()
+    assert fixed[0] == anew[0]
+    assert composition(anew[1]) != composition(anew[0])
+    assert composition(fixed[1]) == composition(fixed[2]) == composition(fixed[0])
+    assert fixed[1] != fixed[0] and [len(b) for b in fixed[1]] == [len(b) for b in anew[1]]
