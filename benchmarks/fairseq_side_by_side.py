@@ -161,15 +161,28 @@ def train_ours(args) -> None:
 
 # --- equivalence: one batch through both with the same weights -----------------------------------------------------
 
-# Run by the fairseq venv's Python: a checkpoint's model and criterion on the first validation pairs, in eval mode (no
-# dropout), with what our side needs to redo it: weights, batch, loss, gradients, fairseq's position table.
-FAIRSEQ_SIDE = """
+# The start of every script run by the fairseq venv's Python (`fairseq_dump`): a checkpoint's model in eval mode, and
+# in `weights` what our side needs to rebuild it (`our_model_from_fairseq`): its weights, pad and eos ids, and
+# fairseq's position table.
+FAIRSEQ_CHECKPOINT = """
 import sys, torch
 from fairseq import checkpoint_utils
 from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
-checkpoint, data, out, pairs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+checkpoint, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
 models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
 model = models[0].float().eval()
+weights = dict(
+    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+    pad=task.target_dictionary.pad(), eos=task.target_dictionary.eos(),
+    positions=SinusoidalPositionalEmbedding.get_embedding(1100, model.encoder.embed_tokens.embedding_dim,
+                                                          task.target_dictionary.pad()),
+)
+"""
+
+# The checkpoint's model and criterion on the first validation pairs (no dropout), with what our side needs to redo
+# it: batch, loss, gradients.
+FAIRSEQ_SIDE = FAIRSEQ_CHECKPOINT + """
+pairs = int(sys.argv[4])
 task.load_dataset("valid")
 dataset = task.dataset("valid")
 batch = dataset.collater([dataset[i] for i in range(pairs)])
@@ -177,15 +190,25 @@ criterion = task.build_criterion(cfg.criterion)
 loss, sample_size, logged = criterion(model, batch)
 loss.backward()
 torch.save(dict(
-    state={k: v.detach().clone() for k, v in model.state_dict().items()},
-    grads={k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None},
+    **weights, grads={k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None},
     loss=loss.item(), nll_loss=float(logged["nll_loss"]), sample_size=int(sample_size),
     src_tokens=batch["net_input"]["src_tokens"], prev_output_tokens=batch["net_input"]["prev_output_tokens"],
-    target=batch["target"], pad=task.target_dictionary.pad(), eos=task.target_dictionary.eos(),
-    positions=SinusoidalPositionalEmbedding.get_embedding(1100, model.encoder.embed_tokens.embedding_dim,
-                                                          task.target_dictionary.pad()),
+    target=batch["target"],
 ), out)
 """
+
+
+def fairseq_dump(args, script: str, *arguments) -> dict:
+    """What `script` (one of the FAIRSEQ_ scripts) saves, run by the fairseq venv's Python on `--checkpoint`."""
+    import tempfile
+
+    work = Path(args.work)
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "fairseq.pt"
+        subprocess.run([fairseq_bin(args, "python"), "-c", script, str(work / args.checkpoint),
+                        str(work / "fairseq-bin"), str(dump), *map(str, arguments)], check=True, env=one_thread(),
+                       stderr=subprocess.DEVNULL)
+        return torch.load(dump)
 
 
 def right_padded(tokens: torch.Tensor, pad: int) -> torch.Tensor:
@@ -233,17 +256,9 @@ def check_equivalence(args) -> None:
     classes (attention biases on, fairseq's position table), the label-smoothed loss, the NLL and every gradient
     must agree to float32 rounding. What it shows: the two compute the same function and the same gradients, so a
     difference in learning comes from initialisation, data or the update, not from the model or the loss."""
-    import tempfile
-
     from vanilla_transformer.training.trainer import label_smoothed_cross_entropy
 
-    work = Path(args.work)
-    with tempfile.TemporaryDirectory() as tmp:
-        dump = Path(tmp) / "fairseq.pt"
-        subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_SIDE, str(work / args.checkpoint),
-                        str(work / "fairseq-bin"), str(dump), str(args.pairs)], check=True, env=one_thread(),
-                       stderr=subprocess.DEVNULL)
-        theirs = torch.load(dump)
+    theirs = fairseq_dump(args, FAIRSEQ_SIDE, args.pairs)
     model = our_model_from_fairseq(theirs)
     pad = theirs["pad"]
     input_ids = right_padded(theirs["src_tokens"], pad)
@@ -276,24 +291,13 @@ def check_equivalence(args) -> None:
     print(f"gradients of {len(errors)} tensors: largest relative difference {errors[worst]:.2e} ({worst})")
 
 
-# Run by the fairseq venv's Python: a checkpoint's weights, the test set's source sentences as fairseq binarized them
-# (end of sentence included), and its target dictionary's symbols.
-FAIRSEQ_TEST_SIDE = """
-import sys, torch
-from fairseq import checkpoint_utils
-from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
-checkpoint, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
-models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
-model = models[0].float().eval()
+# The checkpoint's weights, the test set's source sentences as fairseq binarized them (end of sentence included), and
+# its target dictionary's symbols.
+FAIRSEQ_TEST_SIDE = FAIRSEQ_CHECKPOINT + """
 task.load_dataset("test")
 dataset = task.dataset("test")
-torch.save(dict(
-    state={k: v.detach().clone() for k, v in model.state_dict().items()},
-    sources=[dataset[i]["source"] for i in range(len(dataset))], symbols=list(task.target_dictionary.symbols),
-    pad=task.target_dictionary.pad(), eos=task.target_dictionary.eos(),
-    positions=SinusoidalPositionalEmbedding.get_embedding(1100, model.encoder.embed_tokens.embedding_dim,
-                                                          task.target_dictionary.pad()),
-), out)
+torch.save(dict(**weights, sources=[dataset[i]["source"] for i in range(len(dataset))],
+                symbols=list(task.target_dictionary.symbols)), out)
 """
 
 
@@ -303,16 +307,10 @@ def check_search(args) -> None:
     `compare --bleu` gives both toolkits, scored as `compare --bleu` scores fairseq-generate's output of the same
     checkpoint. Equal scores say the two searches pick the same translations, so a difference in BLEU between the
     toolkits' runs comes from their models."""
-    import tempfile
-
     from vanilla_transformer.inference.metrics import score_translations
 
     work, data = Path(args.work), Path(args.data_dir)
-    with tempfile.TemporaryDirectory() as tmp:
-        dump = Path(tmp) / "fairseq.pt"
-        subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_TEST_SIDE, str(work / args.checkpoint),
-                        str(work / "fairseq-bin"), str(dump)], check=True, env=one_thread(), stderr=subprocess.DEVNULL)
-        theirs = torch.load(dump)
+    theirs = fairseq_dump(args, FAIRSEQ_TEST_SIDE)
     model, tokenizer = our_model_from_fairseq(theirs), tokenizer_of(work)
     pad, eos, sources = theirs["pad"], theirs["eos"], theirs["sources"]
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))

@@ -423,13 +423,19 @@ def test_fairseq_side_by_side_trains_ours_and_tables_both_in_nats(multi30k, tmp_
     assert rows[0][:2] == ["50", f"{12.485 * math.log(2):.3f}"]
 
 
-def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_updates():
-    """Each system's mean, lowest and highest validation NLL over its seeds, only where every run validated."""
+def side_by_side_module():
+    """benchmarks/fairseq_side_by_side.py as a module (benchmarks/ is no package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fairseq_side_by_side", BENCHMARKS / "fairseq_side_by_side.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_updates():
+    """Each system's mean, lowest and highest validation NLL over its seeds, only where every run validated."""
+    module = side_by_side_module()
     runs = {"fairseq-s1": ({}, {250: 5.0, 500: 4.0, 504: 3.9}, {}), "fairseq-s2": ({}, {250: 5.2, 500: 3.0}, {}),
             "ours-s0-abc": ({}, {250: 5.4, 500: 3.5, 600: 3.4}, {}), "ours-s1-abc": ({}, {250: 5.6, 500: 3.7}, {})}
     spread = module.seed_spread(runs)
@@ -441,13 +447,9 @@ def test_fairseq_side_by_side_seed_spread_groups_runs_by_system_at_common_update
 def test_fairseq_side_by_side_fixed_batches_keeps_epoch_0s_batches_in_a_new_order(monkeypatch):
     """The `fixed_batches` candidate: epoch 0 as without it, every later epoch the same batches as epoch 0 (fairseq's
     batches, cut once), in the order our sampler draws for that epoch, where without it the batches mix anew."""
-    import importlib.util
-
     from vanilla_transformer.training.batch_samplers import TokenBatchSampler
 
-    spec = importlib.util.spec_from_file_location("fairseq_side_by_side", BENCHMARKS / "fairseq_side_by_side.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = side_by_side_module()
     lengths = torch.Generator().manual_seed(0)
     sources, targets = (torch.randint(3, 12, (500,), generator=lengths).tolist() for _ in range(2))
     sampler = TokenBatchSampler(sources, targets, max_tokens=64, seed=3)
