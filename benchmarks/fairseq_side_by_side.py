@@ -359,9 +359,23 @@ def fairseq_attention_biases(model) -> None:
             torch.nn.init.zeros_(attention.out_proj.bias)
 
 
-# Each switches one difference on in our run: `attention_bias` builds the model with fairseq's attention biases,
-# `xavier_init` redoes the package's former initialisation.
-# Applied in this order, so that `attention_bias` sets the biases whatever `xavier_init` did.
+def fairseq_start_symbol(config) -> None:
+    """fairseq's decoder starts from `</s>`, the end-of-sentence token that also ends every source and target and is
+    an output class; ours from `<s>`, a token used for nothing else (whose row of the shared embedding is then only
+    ever pushed down by the tied output projection). Saved in the config, so that validation and decoding start from
+    it too."""
+    config.decoder_start_token_id = config.eos_token_id
+
+
+def fairseq_attention_bias_config(config) -> None:
+    config.attention_bias = True
+
+
+# Each switches one difference on in our run. On the config, before the model is built (saved with every checkpoint):
+# `attention_bias` gives the attention projections fairseq's biases, `start_symbol` fairseq's decoder start symbol.
+CONFIG_CANDIDATES = {"attention_bias": fairseq_attention_bias_config, "start_symbol": fairseq_start_symbol}
+# On the new model's weights: `xavier_init` redoes the package's former initialisation, `attention_bias` initialises
+# the biases as fairseq does. Applied in this order, so that `attention_bias` sets the biases whatever `xavier_init` did.
 CANDIDATES = {"xavier_init": xavier_init, "attention_bias": fairseq_attention_biases}
 
 
@@ -430,17 +444,19 @@ def with_candidates(args) -> None:
     from vanilla_transformer.cli.main import main as cli_main
 
     names = [name for name in args.candidates.split(",") if name]
-    unknown = set(names) - set(CANDIDATES) - set(TRAINING_CANDIDATES)
+    known = {**CONFIG_CANDIDATES, **CANDIDATES, **TRAINING_CANDIDATES}
+    unknown = set(names) - set(known)
     if unknown:
-        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted({**CANDIDATES, **TRAINING_CANDIDATES})}")
+        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted(known)}")
     for name in names:
         if name in TRAINING_CANDIDATES:
             TRAINING_CANDIDATES[name]()
     original_init = VanillaTransformerForConditionalGeneration.__init__
 
     def patched_init(self, config):
-        if "attention_bias" in names:
-            config.attention_bias = True
+        for name, switch_on in CONFIG_CANDIDATES.items():
+            if name in names:
+                switch_on(config)
         original_init(self, config)
         with torch.no_grad():
             for name, switch_on in CANDIDATES.items():
@@ -640,7 +656,7 @@ def main(argv=None) -> None:
                                                                "to --updates.")
     parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
     parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
-                                                          f"{', '.join({**CANDIDATES, **TRAINING_CANDIDATES})}.")
+                                                          f"{', '.join({**CONFIG_CANDIDATES, **CANDIDATES, **TRAINING_CANDIDATES})}.")
     parser.add_argument("--checkpoint", help="equivalence, search: a fairseq checkpoint, relative to --work.")
     parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
     parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")

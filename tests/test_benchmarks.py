@@ -472,3 +472,22 @@ def test_fairseq_side_by_side_fixed_batches_keeps_epoch_0s_batches_in_a_new_orde
     assert composition(anew[1]) != composition(anew[0])
     assert composition(fixed[1]) == composition(fixed[2]) == composition(fixed[0])
     assert fixed[1] != fixed[0] and [len(b) for b in fixed[1]] == [len(b) for b in anew[1]]
+
+
+def test_fairseq_side_by_side_start_symbol_starts_the_decoder_from_end_of_sentence():
+    """The `start_symbol` candidate: fairseq's decoder inputs begin with `</s>`; ours with `<s>` unless it is on, in
+    training (the collator's shift) and in decoding (the generation config) alike."""
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+    module = side_by_side_module()
+    sizes = dict(vocab_size=20, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                 decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=0, bos_token_id=1,
+                 eos_token_id=2, decoder_start_token_id=1)
+    labels = torch.tensor([[5, 6, 2, -100]])
+    ours = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(**sizes))
+    assert ours.prepare_decoder_input_ids_from_labels(labels).tolist() == [[1, 5, 6, 2]]
+    config = VanillaTransformerConfig(**sizes)
+    module.CONFIG_CANDIDATES["start_symbol"](config)
+    fairseqs = VanillaTransformerForConditionalGeneration(config)
+    assert fairseqs.prepare_decoder_input_ids_from_labels(labels).tolist() == [[2, 5, 6, 2]]
+    assert fairseqs.generation_config.decoder_start_token_id == 2
