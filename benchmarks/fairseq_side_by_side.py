@@ -403,6 +403,8 @@ def fairseq_fixed_batches() -> None:
 
 # Switched on once, before training.
 TRAINING_CANDIDATES = {"fixed_batches": fairseq_fixed_batches}
+# Every name `--candidates` accepts.
+ALL_CANDIDATES = tuple(dict.fromkeys([*CONFIG_CANDIDATES, *CANDIDATES, *TRAINING_CANDIDATES]))
 
 
 def log_training_nll() -> None:
@@ -444,10 +446,9 @@ def with_candidates(args) -> None:
     from vanilla_transformer.cli.main import main as cli_main
 
     names = [name for name in args.candidates.split(",") if name]
-    known = {**CONFIG_CANDIDATES, **CANDIDATES, **TRAINING_CANDIDATES}
-    unknown = set(names) - set(known)
+    unknown = set(names) - set(ALL_CANDIDATES)
     if unknown:
-        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted(known)}")
+        sys.exit(f"unknown candidates {sorted(unknown)}: choose from {sorted(ALL_CANDIDATES)}")
     for name in names:
         if name in TRAINING_CANDIDATES:
             TRAINING_CANDIDATES[name]()
@@ -643,7 +644,7 @@ def our_translations(work: Path, checkpoint: Path, data: Path) -> list[str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["prepare", "fairseq", "ours", "compare", "with-candidates", "equivalence",
-                                                       "search"])
+                                            "search"])
     parser.add_argument("--work", required=True, help="Folder of the tokenizer, the data and every run.")
     parser.add_argument("--data-dir", default="../shared/data/multi30k", help="Multi30k's gzip files.")
     parser.add_argument("--fairseq-venv", default=".venv-fairseq")
@@ -656,7 +657,7 @@ def main(argv=None) -> None:
                                                                "to --updates.")
     parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
     parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
-                                                          f"{', '.join({**CONFIG_CANDIDATES, **CANDIDATES, **TRAINING_CANDIDATES})}.")
+                                                          f"{', '.join(ALL_CANDIDATES)}.")
     parser.add_argument("--checkpoint", help="equivalence, search: a fairseq checkpoint, relative to --work.")
     parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
     parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")
