@@ -15,11 +15,19 @@
 #
 #     OUT=results bash benchmarks/gpu_checks.sh           # on the GPU machine, from the repository's root
 #     OUT=results bash benchmarks/gpu_checks.sh --smoke   # anywhere, on a CPU: tiny settings, checks the script
+#     OUT=results PART=speed bash benchmarks/gpu_checks.sh # one part (speed or seeds), e.g. one per call where a
+#                                                          # call may last at most 10 minutes
+#
+# Time limits (seconds, a part's processes are stopped after them): SPEED_LIMIT (default 360), SEEDS_LIMIT (360);
+# TINY_MINUTES, the tiny runs' training guard (the train command's --max_train_minutes; the recipe's 60 if unset),
+# stops training early enough for a run to still average, decode and score within SEEDS_LIMIT.
 #
 # Environment: PYTHON (default python3) with torch and the package's [train] extra importable; DATA, the Multi30k
 # folder (default ../shared/data/multi30k beside the checkout, else shared/data/multi30k in it); WHEELS, a folder of
-# wheels that the machine lacks (it has no network), installed first into a virtual environment that sees the
-# system's packages: transformers>=5.24, datasets (with dill and multiprocess), num2words (with docopt), sacremoses.
+# wheels that the machine lacks (it has no network), installed without resolving dependencies into a folder put on
+# PYTHONPATH ahead of the interpreter's own packages (a virtual environment made from a Python that is itself one would
+# not see torch): so the folder holds every missing package, e.g. transformers>=5.24 (and regex, if older than
+# transformers asks), datasets (with dill, multiprocess and fsspec), num2words (with docopt), sacremoses.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,6 +36,8 @@ cd "$REPO"
 mkdir -p "$OUT"
 SMOKE=false
 [[ "${1:-}" == "--smoke" ]] && SMOKE=true
+PART=${PART:-all}
+case "$PART" in all|speed|seeds) ;; *) echo "PART must be all, speed or seeds, not '$PART'" >&2; exit 2;; esac
 PYTHON=${PYTHON:-python3}
 if [[ -z "${DATA:-}" ]]; then
     DATA="$REPO/../shared/data/multi30k"
@@ -37,16 +47,15 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_checks.XXXXXX")
 LOG="$OUT/gpu_checks.log"
 exec > >(tee -a "$LOG") 2>&1
 
+SITE=""
 if [[ -n "${WHEELS:-}" ]]; then
-    "$PYTHON" -m venv --system-site-packages "$WORK/venv"
-    "$WORK/venv/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" \
-        "transformers>=5.24,<6" datasets num2words sacremoses
-    PYTHON="$WORK/venv/bin/python"
+    SITE="$WORK/site"
+    "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl
 fi
-export PYTHONPATH="$REPO/src"
+export PYTHONPATH="$REPO/src${SITE:+:$SITE}"
 
 if $SMOKE; then
-    DEVICE=cpu; RECIPE=cpu; SPEED_LIMIT=600; SEEDS_LIMIT=600
+    DEVICE=cpu; RECIPE=cpu; SPEED_LIMIT=${SPEED_LIMIT:-600}; SEEDS_LIMIT=${SEEDS_LIMIT:-600}
     SPEED=(--smoke --device cpu)
     BEFORE="--pad_to_multiple_of 1"
     BUCKETED="--pad_to_multiple_of 8"
@@ -54,13 +63,14 @@ if $SMOKE; then
 --dataloader_persistent_workers true"
     TINY=(--size smoke --use_cpu true)
 else
-    DEVICE=cuda; RECIPE=base; SPEED_LIMIT=360; SEEDS_LIMIT=360
+    DEVICE=cuda; RECIPE=base; SPEED_LIMIT=${SPEED_LIMIT:-360}; SEEDS_LIMIT=${SEEDS_LIMIT:-360}
     SPEED=(--device cuda --steps 200 --steady-from 60 --rounds 1)
     # The base recipe already collated in two persistent workers; before: exact lengths, no compilation.
     BEFORE="--pad_to_multiple_of 1 --torch_compile false"
     BUCKETED="--torch_compile false"
     AFTER=""
     TINY=(--size tiny --use_cpu false --attn_implementation sdpa --eval-steps 2000)
+    [[ -z "${TINY_MINUTES:-}" ]] || TINY+=(--max_train_minutes "$TINY_MINUTES")
 fi
 
 echo "== environment"
@@ -84,27 +94,30 @@ PY
 } | tee "$OUT/environment.txt"
 [[ "$DEVICE" == cpu ]] || "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU'"
 
-echo "== 1. the base recipe's train command: before, the GPU defaults, bucketed shapes alone"
-timeout "$SPEED_LIMIT" "$PYTHON" benchmarks/recipe_speed.py --recipe "$RECIPE" --data-dir "$DATA" "${SPEED[@]}" \
-    --variant before="$BEFORE" --variant after="$AFTER" --variant bucketed="$BUCKETED" \
-    --json "$OUT/recipe_speed_base.json" > "$OUT/recipe_speed_base.md" || echo "recipe_speed.py failed or ran over ($?)"
-cat "$OUT/recipe_speed_base.md"
+if [[ "$PART" != seeds ]]; then
+    echo "== 1. the base recipe's train command: before, the GPU defaults, bucketed shapes alone"
+    timeout "$SPEED_LIMIT" "$PYTHON" benchmarks/recipe_speed.py --recipe "$RECIPE" --data-dir "$DATA" "${SPEED[@]}" \
+        --variant before="$BEFORE" --variant after="$AFTER" --variant bucketed="$BUCKETED" \
+        --json "$OUT/recipe_speed_base.json" > "$OUT/recipe_speed_base.md" || echo "recipe_speed.py failed or ran over ($?)"
+    cat "$OUT/recipe_speed_base.md"
+fi
 
-echo "== 2. the tiny recipe, seeds 0, 1, 2 side by side"
-pids=()
-for seed in 0 1 2; do
-    timeout "$SEEDS_LIMIT" "$PYTHON" examples/multi30k/run.py --data-dir "$DATA" --output-dir "$WORK/tiny/seed-$seed" \
-        --seed "$seed" "${TINY[@]}" > "$WORK/tiny-$seed.log" 2>&1 &
-    pids+=($!)
-done
-for index in 0 1 2; do
-    wait "${pids[$index]}" || echo "seed $index failed or ran over ($?)"
-done
-for seed in 0 1 2; do
-    echo "--- seed $seed"
-    tail -n 40 "$WORK/tiny-$seed.log"
-done > "$OUT/tiny_logs.txt"
-"$PYTHON" - "$WORK/tiny" > "$OUT/tiny_seeds.md" <<'PY'
+if [[ "$PART" != speed ]]; then
+    echo "== 2. the tiny recipe, seeds 0, 1, 2 side by side"
+    pids=()
+    for seed in 0 1 2; do
+        timeout "$SEEDS_LIMIT" "$PYTHON" examples/multi30k/run.py --data-dir "$DATA" --output-dir "$WORK/tiny/seed-$seed" \
+            --seed "$seed" "${TINY[@]}" > "$WORK/tiny-$seed.log" 2>&1 &
+        pids+=($!)
+    done
+    for index in 0 1 2; do
+        wait "${pids[$index]}" || echo "seed $index failed or ran over ($?)"
+    done
+    for seed in 0 1 2; do
+        echo "--- seed $seed"
+        tail -n 40 "$WORK/tiny-$seed.log"
+    done > "$OUT/tiny_logs.txt"
+    "$PYTHON" - "$WORK/tiny" > "$OUT/tiny_seeds.md" <<'PY'
 import importlib.util, json, sys
 from pathlib import Path
 
@@ -119,5 +132,6 @@ for path in runs:
     print(f"## {path.name}: {steps} updates\n\n{(path / 'results.md').read_text()}")
 print(f"{len(runs)} of 3 seeds finished")
 PY
-cat "$OUT/tiny_seeds.md"
+    cat "$OUT/tiny_seeds.md"
+fi
 rm -rf "$WORK"

@@ -161,7 +161,8 @@ def run_once(tree: Path, flags: list[str], output_dir: Path, steady_from: int, b
     result = subprocess.run(
         [sys.executable, "-c", RUN, str(steady_from), "bare" if bare else "command", str(steady_file), *flags,
          "--output_dir", str(output_dir)],
-        env=dict(os.environ, PYTHONPATH=str(tree / "src")),
+        # The tree's package first; anything already on PYTHONPATH (packages installed beside the interpreter's) after.
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree / "src"), os.environ.get("PYTHONPATH")]))),
         capture_output=True,
         text=True,
     )

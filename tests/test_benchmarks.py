@@ -254,6 +254,17 @@ def test_gpu_checks_script_parses():
     assert result.returncode == 0, result.stderr
 
 
+def test_gpu_checks_part_must_be_one_it_has(tmp_path):
+    """PART picks one of the script's two parts (one per call where a call is time-limited); a misspelt one is refused
+    in one line before anything runs, rather than running nothing or everything."""
+    environment = dict(os.environ, OUT=str(tmp_path / "out"), PART="sped")
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_checks.sh"), "--smoke"], env=environment,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "PART must be all, speed or seeds, not 'sped'"
+    assert not (tmp_path / "out" / "gpu_checks.log").exists()
+
+
 @pytest.mark.slow
 def test_gpu_checks_smoke(multi30k, tmp_path):
     """The GPU checks' script with tiny settings on a CPU: every part runs and leaves its results (minutes)."""
