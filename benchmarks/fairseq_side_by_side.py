@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -371,9 +372,54 @@ def fairseq_attention_bias_config(config) -> None:
     config.attention_bias = True
 
 
+def fairseq_position_table(num_positions: int, d_model: int, padding_idx: int = 1) -> torch.Tensor:
+    """fairseq's sinusoids (`SinusoidalPositionalEmbedding.get_embedding`, in float32 as it computes them), row p for
+    our position p: the sines of all frequencies then their cosines (section 3.5 interleaves them), wavelengths growing
+    by 10000^(1 / (d_model / 2 - 1)) (the paper's by 10000^(2 / d_model)), and the first position numbered
+    `padding_idx` + 1 (2 with fairseq's dictionary; the paper's is 0)."""
+    half = d_model // 2
+    inverse_wavelength = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    angle = (torch.arange(num_positions, dtype=torch.float) + padding_idx + 1).unsqueeze(1) * inverse_wavelength
+    table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    return torch.cat([table, torch.zeros(num_positions, d_model % 2)], dim=1)
+
+
+def fairseq_positions_config(config) -> None:
+    """Marks the run: every model built from this config, in training and when `compare` loads a checkpoint, gets
+    fairseq's position table (ours is a non-persistent buffer, rebuilt from the code at every load)."""
+    config.fairseq_positions = True
+
+
+@contextmanager
+def position_table_of(config):
+    """Builds the models made inside it with fairseq's position table if `config` (or a checkpoint's) is marked by
+    the `positions` candidate, else with the paper's."""
+    from vanilla_transformer.model import modeling_vanilla_transformer as modeling
+
+    if not getattr(config, "fairseq_positions", False):
+        yield
+        return
+    paper_table = modeling.sinusoidal_position_encoding
+    modeling.sinusoidal_position_encoding = fairseq_position_table
+    try:
+        yield
+    finally:
+        modeling.sinusoidal_position_encoding = paper_table
+
+
+def load_our_checkpoint(checkpoint: Path):
+    """One of our runs' checkpoints in float32, with the position table it was trained with."""
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+    with position_table_of(VanillaTransformerConfig.from_pretrained(checkpoint)):
+        return VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32)
+
+
 # Each switches one difference on in our run. On the config, before the model is built (saved with every checkpoint):
-# `attention_bias` gives the attention projections fairseq's biases, `start_symbol` fairseq's decoder start symbol.
-CONFIG_CANDIDATES = {"attention_bias": fairseq_attention_bias_config, "start_symbol": fairseq_start_symbol}
+# `attention_bias` gives the attention projections fairseq's biases, `start_symbol` fairseq's decoder start symbol,
+# `positions` marks the config for fairseq's position table.
+CONFIG_CANDIDATES = {"attention_bias": fairseq_attention_bias_config, "start_symbol": fairseq_start_symbol,
+                     "positions": fairseq_positions_config}
 # On the new model's weights: `xavier_init` redoes the package's former initialisation, `attention_bias` initialises
 # the biases as fairseq does. Applied in this order, so that `attention_bias` sets the biases whatever `xavier_init` did.
 CANDIDATES = {"xavier_init": xavier_init, "attention_bias": fairseq_attention_biases}
@@ -452,6 +498,10 @@ def with_candidates(args) -> None:
     for name in names:
         if name in TRAINING_CANDIDATES:
             TRAINING_CANDIDATES[name]()
+    if "positions" in names:  # for the whole run: every table the model builds or rebuilds is fairseq's
+        from vanilla_transformer.model import modeling_vanilla_transformer
+
+        modeling_vanilla_transformer.sinusoidal_position_encoding = fairseq_position_table
     original_init = VanillaTransformerForConditionalGeneration.__init__
 
     def patched_init(self, config):
@@ -506,9 +556,7 @@ def ours_train_curves(run_dir: Path) -> tuple[dict, dict]:
 @torch.inference_mode()
 def validation_nll(checkpoint: Path, tokenizer, sources: list[str], targets: list[str]) -> float:
     """NLL in nats per target token (end of sentence included) of `checkpoint` on the pairs, float32, eval mode."""
-    from vanilla_transformer import VanillaTransformerForConditionalGeneration
-
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = load_our_checkpoint(checkpoint).eval()
     total, count = 0.0, 0
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     for start in range(0, len(order), 100):
@@ -632,10 +680,9 @@ def fairseq_translations(args, work: Path, checkpoint: Path) -> list[str]:
 
 
 def our_translations(work: Path, checkpoint: Path, data: Path) -> list[str]:
-    from vanilla_transformer import VanillaTransformerForConditionalGeneration
     from vanilla_transformer.inference.translate import translate_lines
 
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32)
+    model = load_our_checkpoint(checkpoint)
     sources = read_gzip_lines(data / f"{SPLITS['test']}.{SOURCE}.gz")
     return translate_lines(model, tokenizer_of(work), sources, batch_size=64, num_beams=4, length_penalty=1.0,
                            length_penalty_type="transformers", early_stopping=True, show_progress=False)

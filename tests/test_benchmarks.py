@@ -502,3 +502,33 @@ def test_fairseq_side_by_side_start_symbol_starts_the_decoder_from_end_of_senten
     fairseqs = VanillaTransformerForConditionalGeneration(config)
     assert fairseqs.prepare_decoder_input_ids_from_labels(labels).tolist() == [[2, 5, 6, 2]]
     assert fairseqs.generation_config.decoder_start_token_id == 2
+
+
+def test_fairseq_side_by_side_positions_gives_fairseqs_table_in_training_and_when_loaded(tmp_path):
+    """The `positions` candidate: fairseq's sinusoids (sines then cosines, wavelengths by 10000^(1/(d/2 - 1)), first
+    position 2), in the model it builds and in the same checkpoint loaded back by `compare`; the paper's otherwise."""
+    import math
+
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.model.modeling_vanilla_transformer import sinusoidal_position_encoding
+
+    module = side_by_side_module()
+    d_model = 8
+    table = module.fairseq_position_table(5, d_model)
+    position, i = 3, 1  # our position 3 is fairseq's 5; frequency i of 4
+    angle = (position + 2) / 10000 ** (i / (d_model // 2 - 1))
+    assert table[position, i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+    assert table[position, d_model // 2 + i].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    sizes = dict(vocab_size=20, d_model=d_model, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                 decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16)
+    for marked in (False, True):
+        config = VanillaTransformerConfig(**sizes)
+        if marked:
+            module.CONFIG_CANDIDATES["positions"](config)
+        with module.position_table_of(config):
+            model = VanillaTransformerForConditionalGeneration(config)
+        model.save_pretrained(tmp_path / str(marked))
+        loaded = module.load_our_checkpoint(tmp_path / str(marked))
+        expected = module.fairseq_position_table(1024, d_model) if marked else sinusoidal_position_encoding(1024, d_model)
+        for stack in (model.model.encoder, model.model.decoder, loaded.model.encoder, loaded.model.decoder):
+            torch.testing.assert_close(stack.embed_positions.table, expected, rtol=0, atol=0)
