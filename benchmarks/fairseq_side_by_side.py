@@ -17,9 +17,11 @@ Each run writes a checkpoint every `--save-every` updates (default 100). `compar
 checkpoints into one table, in one unit: nats per target token (end-of-sentence included). Training windows: the
 label-smoothed loss each toolkit logs over its last 50 updates (fairseq logs bits; converted). Validation: the NLL
 without smoothing of every checkpoint on the full validation set (fairseq's own validation at the same updates, ours
-computed here in float32, eval mode). With `--bleu`, the last checkpoint of every run decodes test_2016_flickr with
-beam 4, length penalty 1.0 as both toolkits define it by default (score / length), at most source length + 50
-tokens, scored with sacreBLEU and the lowercased Moses-tokenized BLEU of `vanilla_transformer.inference.metrics`.
+computed here in float32, eval mode; `validation` computes a fairseq checkpoint's the same way, to show the two
+measure the same thing). With `--bleu`, the last checkpoint of every run (or `--bleu-at` an update, `--average` the
+mean of the last N checkpoints up to it) decodes test_2016_flickr with beam 4, length penalty 1.0 as both toolkits
+define it by default (score / length), at most source length + 50 tokens, scored with sacreBLEU and the lowercased
+Moses-tokenized BLEU of `vanilla_transformer.inference.metrics`.
 
 Extra flags after `--` go to our train command, so a candidate difference is switched alone in a run of its own:
 `ours --seed 0 --name ours-x -- --some_flag value`.
@@ -33,6 +35,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -201,8 +204,6 @@ torch.save(dict(
 
 def fairseq_dump(args, script: str, *arguments) -> dict:
     """What `script` (one of the FAIRSEQ_ scripts) saves, run by the fairseq venv's Python on `--checkpoint`."""
-    import tempfile
-
     work = Path(args.work)
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "fairseq.pt"
@@ -331,6 +332,46 @@ def check_search(args) -> None:
     print(f"our search on {args.checkpoint}: sacreBLEU {scores['bleu']:.2f}, "
           f"lowercased Moses {scores['bleu_lc_moses']:.2f}, brevity penalty {scores['bleu_bp']:.3f}, "
           f"length ratio {ratio}")
+
+
+@torch.inference_mode()
+def check_validation(args) -> None:
+    """A fairseq checkpoint's validation NLL computed as `compare` computes ours (`validation_nll`: our tokenizer on
+    the raw validation text, batches of 100, the NLL summed over target tokens), with the checkpoint mapped onto our
+    classes and our token ids mapped onto fairseq's dictionary. Equal to fairseq's own validation, it shows that the
+    two toolkits' validation curves measure the same thing on the same tokens."""
+    work, data = Path(args.work), Path(args.data_dir)
+    theirs = fairseq_dump(args, FAIRSEQ_TEST_SIDE)
+    model, tokenizer = our_model_from_fairseq(theirs), tokenizer_of(work)
+    index = {symbol: i for i, symbol in enumerate(theirs["symbols"])}
+    pad, eos = theirs["pad"], theirs["eos"]
+    # Our pieces that never occur in the training text are not in fairseq's dictionary: fairseq reads them as <unk>.
+    to_fairseq = torch.tensor([index.get(piece, index["<unk>"])
+                               for piece in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    to_fairseq[tokenizer.eos_token_id] = eos
+    sources = read_gzip_lines(data / f"{SPLITS['valid']}.{SOURCE}.gz")
+    targets = read_gzip_lines(data / f"{SPLITS['valid']}.{TARGET}.gz")
+    total, count = 0.0, 0
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    for start in range(0, len(order), 100):
+        rows = order[start:start + 100]
+        batch = tokenizer([sources[i] for i in rows], text_target=[targets[i] for i in rows], padding=True,
+                          return_tensors="pt")
+        input_ids = to_fairseq[batch["input_ids"]].masked_fill(batch["attention_mask"] == 0, pad)
+        labels = to_fairseq[batch["labels"]].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        # fairseq's decoder input: `</s>`, then the target shifted right.
+        decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], eos), labels[:, :-1]], dim=1)
+        decoder_input_ids = decoder_input_ids.masked_fill(decoder_input_ids == -100, pad)
+        logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"],
+                       decoder_input_ids=decoder_input_ids, decoder_attention_mask=(decoder_input_ids != pad).long()
+                       ).logits
+        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
+                                                   reduction="sum").item()
+        count += int((labels != -100).sum())
+    step = int(Path(args.checkpoint).stem.split("_")[-1])
+    _, valid, _ = fairseq_curves(work / Path(args.checkpoint).parent)
+    print(f"validation NLL of {args.checkpoint} ({count} target tokens): computed as compare computes ours "
+          f"{total / count:.4f}, fairseq's own {valid[step]:.4f}")
 
 
 # --- candidate differences, switched on in our run alone ------------------------------------------------------------
@@ -614,7 +655,10 @@ def compare(args) -> None:
             print(f"| {step} | " + " | ".join(cells) + " |")
     print_seed_spread(runs)
     if args.bleu:
-        print(f"\ntest_2016_flickr, {f'update {args.bleu_at}' if args.bleu_at else 'last checkpoint'}, beam 4, length penalty 1.0 (score / length), source + 50\n")
+        which = f"update {args.bleu_at}" if args.bleu_at else "last checkpoint"
+        if args.average > 1:
+            which = f"the mean of the last {args.average} checkpoints up to the {which}"
+        print(f"\ntest_2016_flickr, {which}, beam 4, length penalty 1.0 (score / length), source + 50\n")
         print("| run | updates | sacreBLEU | BLEU lowercased Moses | brevity penalty | length ratio |\n"
               "| --- | --- | --- | --- | --- | --- |")
         for name in names:
@@ -647,6 +691,7 @@ def print_seed_spread(runs: dict) -> None:
 
 def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
     from vanilla_transformer.inference.metrics import score_translations
+    from vanilla_transformer.training.averaging import average_checkpoints
 
     references = read_gzip_lines(data / f"{SPLITS['test']}.{TARGET}.gz")
     fairseq = run_dir.name.startswith("fairseq")
@@ -656,11 +701,41 @@ def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
     if step not in checkpoints:
         return f"| {run_dir.name} | {step} | no checkpoint | | | |"
     translate = partial(fairseq_translations, args) if fairseq else partial(our_translations, data=data)
-    hypotheses = translate(work, checkpoints[step])
+    # --average N: the mean of the last N checkpoints up to `step` (Wu et al.'s and the paper's last-checkpoint
+    # averaging), made the way each toolkit's own averaging makes it.
+    last = [checkpoints[s] for s in sorted(s for s in checkpoints if s <= step)[-args.average:]]
+    with tempfile.TemporaryDirectory() as tmp:
+        if len(last) > 1:
+            checkpoint = (average_fairseq_checkpoints(args, last, Path(tmp) / "averaged.pt") if fairseq else
+                          average_checkpoints(last, Path(tmp) / "averaged"))
+        else:
+            checkpoint = last[0]
+        hypotheses = translate(work, checkpoint)
     scores = score_translations(hypotheses, references, moses_lang=TARGET)
     ratio = re.search(r"ratio = ([0-9.]+)", scores["bleu_report"]).group(1)
-    return (f"| {run_dir.name} | {step} | {scores['bleu']:.2f} | {scores['bleu_lc_moses']:.2f} | "
+    updates = f"{min(s for s in checkpoints if checkpoints[s] in last)}-{step}" if len(last) > 1 else step
+    return (f"| {run_dir.name} | {updates} | {scores['bleu']:.2f} | {scores['bleu_lc_moses']:.2f} | "
             f"{scores['bleu_bp']:.3f} | {ratio} |")
+
+
+# Run by the fairseq venv's Python: the element-wise mean of fairseq checkpoints' weights (float ones summed in float64),
+# the rest of the last one's state kept, as fairseq's scripts/average_checkpoints.py writes it.
+FAIRSEQ_AVERAGE = """
+import sys, torch
+paths, out = sys.argv[1:-1], sys.argv[-1]
+states = [torch.load(path, map_location="cpu") for path in paths]
+averaged = states[-1]
+for key, value in averaged["model"].items():
+    if value.is_floating_point():
+        averaged["model"][key] = (sum(state["model"][key].double() for state in states) / len(states)).to(value.dtype)
+torch.save(averaged, out)
+"""
+
+
+def average_fairseq_checkpoints(args, checkpoints: list[Path], out: Path) -> Path:
+    subprocess.run([fairseq_bin(args, "python"), "-c", FAIRSEQ_AVERAGE, *map(str, checkpoints), str(out)], check=True,
+                   env=one_thread())
+    return out
 
 
 def fairseq_translations(args, work: Path, checkpoint: Path) -> list[str]:
@@ -691,7 +766,7 @@ def our_translations(work: Path, checkpoint: Path, data: Path) -> list[str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["prepare", "fairseq", "ours", "compare", "with-candidates", "equivalence",
-                                            "search"])
+                                            "search", "validation"])
     parser.add_argument("--work", required=True, help="Folder of the tokenizer, the data and every run.")
     parser.add_argument("--data-dir", default="../shared/data/multi30k", help="Multi30k's gzip files.")
     parser.add_argument("--fairseq-venv", default=".venv-fairseq")
@@ -705,11 +780,14 @@ def main(argv=None) -> None:
     parser.add_argument("--one-thread", action="store_true", help="OMP_NUM_THREADS=1 (two runs side by side).")
     parser.add_argument("--candidates", default="", help=f"ours: fairseq behaviours to switch on, comma-separated: "
                                                           f"{', '.join(ALL_CANDIDATES)}.")
-    parser.add_argument("--checkpoint", help="equivalence, search: a fairseq checkpoint, relative to --work.")
+    parser.add_argument("--checkpoint", help="equivalence, search, validation: a fairseq checkpoint, relative to "
+                                                        "--work.")
     parser.add_argument("--pairs", type=int, default=64, help="equivalence: validation pairs in the batch.")
     parser.add_argument("--bleu", action="store_true", help="compare: decode and score the test set too.")
     parser.add_argument("--bleu-at", type=int, help="compare --bleu: the checkpoint of this update (default: each "
                                                     "run's last).")
+    parser.add_argument("--average", type=int, default=1, help="compare --bleu: decode the mean of the last N "
+                                                               "checkpoints up to that update.")
     parser.add_argument("--runs", help="compare: only the runs whose folder names match this regular expression.")
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -717,7 +795,7 @@ def main(argv=None) -> None:
     args.extra = extra
     commands = {"prepare": prepare, "fairseq": train_fairseq, "ours": train_ours, "compare": compare,
                 "with-candidates": with_candidates, "equivalence": check_equivalence,
-                "search": check_search}
+                "search": check_search, "validation": check_validation}
     commands[args.command](args)
 
 
