@@ -39,6 +39,7 @@ import tempfile
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -349,29 +350,21 @@ def check_validation(args) -> None:
     to_fairseq = torch.tensor([index.get(piece, index["<unk>"])
                                for piece in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
     to_fairseq[tokenizer.eos_token_id] = eos
-    sources = read_gzip_lines(data / f"{SPLITS['valid']}.{SOURCE}.gz")
-    targets = read_gzip_lines(data / f"{SPLITS['valid']}.{TARGET}.gz")
-    total, count = 0.0, 0
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    for start in range(0, len(order), 100):
-        rows = order[start:start + 100]
-        batch = tokenizer([sources[i] for i in rows], text_target=[targets[i] for i in rows], padding=True,
-                          return_tensors="pt")
+
+    def logits_and_labels(batch):
         input_ids = to_fairseq[batch["input_ids"]].masked_fill(batch["attention_mask"] == 0, pad)
-        labels = to_fairseq[batch["labels"]].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        labels = to_fairseq[batch["labels"].clamp_min(0)].masked_fill(batch["labels"] == -100, -100)
         # fairseq's decoder input: `</s>`, then the target shifted right.
         decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], eos), labels[:, :-1]], dim=1)
         decoder_input_ids = decoder_input_ids.masked_fill(decoder_input_ids == -100, pad)
-        logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"],
-                       decoder_input_ids=decoder_input_ids, decoder_attention_mask=(decoder_input_ids != pad).long()
-                       ).logits
-        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
-                                                   reduction="sum").item()
-        count += int((labels != -100).sum())
+        return model(input_ids=input_ids, attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids,
+                     decoder_attention_mask=(decoder_input_ids != pad).long()).logits, labels
+
+    nll, count = nll_per_token(map(logits_and_labels, validation_batches(tokenizer, data)))
     step = int(Path(args.checkpoint).stem.split("_")[-1])
     _, valid, _ = fairseq_curves(work / Path(args.checkpoint).parent)
     print(f"validation NLL of {args.checkpoint} ({count} target tokens): computed as compare computes ours "
-          f"{total / count:.4f}, fairseq's own {valid[step]:.4f}")
+          f"{nll:.4f}, fairseq's own {valid[step]:.4f}")
 
 
 # --- candidate differences, switched on in our run alone ------------------------------------------------------------
@@ -539,10 +532,6 @@ def with_candidates(args) -> None:
     for name in names:
         if name in TRAINING_CANDIDATES:
             TRAINING_CANDIDATES[name]()
-    if "positions" in names:  # for the whole run: every table the model builds or rebuilds is fairseq's
-        from vanilla_transformer.model import modeling_vanilla_transformer
-
-        modeling_vanilla_transformer.sinusoidal_position_encoding = fairseq_position_table
     original_init = VanillaTransformerForConditionalGeneration.__init__
 
     def patched_init(self, config):
@@ -559,7 +548,9 @@ def with_candidates(args) -> None:
     log_training_nll()
     if names:
         print(f"candidates switched on: {names}", flush=True)
-    cli_main(args.extra)
+    # `positions`: for the whole run, every table the model builds or rebuilds is fairseq's.
+    with position_table_of(SimpleNamespace(fairseq_positions="positions" in names)):
+        cli_main(args.extra)
 
 
 # --- compare: one table in nats --------------------------------------------------------------------------------------
@@ -594,34 +585,48 @@ def ours_train_curves(run_dir: Path) -> tuple[dict, dict]:
             {int(entry["step"]): float(entry["nll"]) for entry in history if "nll" in entry})
 
 
-@torch.inference_mode()
-def validation_nll(checkpoint: Path, tokenizer, sources: list[str], targets: list[str]) -> float:
-    """NLL in nats per target token (end of sentence included) of `checkpoint` on the pairs, float32, eval mode."""
-    model = load_our_checkpoint(checkpoint).eval()
-    total, count = 0.0, 0
+def validation_batches(tokenizer, data: Path, size: int = 100):
+    """The validation pairs as `compare` reads them: by source length in batches of `size`, tokenized by our
+    tokenizer, padding labelled -100."""
+    sources = read_gzip_lines(data / f"{SPLITS['valid']}.{SOURCE}.gz")
+    targets = read_gzip_lines(data / f"{SPLITS['valid']}.{TARGET}.gz")
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    for start in range(0, len(order), 100):
-        rows = order[start:start + 100]
+    for start in range(0, len(order), size):
+        rows = order[start:start + size]
         batch = tokenizer([sources[i] for i in rows], text_target=[targets[i] for i in rows], padding=True,
                           return_tensors="pt")
-        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).logits
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        yield batch
+
+
+def nll_per_token(logits_and_labels) -> tuple[float, int]:
+    """(NLL in nats per target token, target tokens) over (logits, labels) pairs, labels -100 where padded."""
+    total, count = 0.0, 0
+    for logits, labels in logits_and_labels:
         total += torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
                                                    ignore_index=-100, reduction="sum").item()
         count += int((labels != -100).sum())
-    return total / count
+    return total / count, count
+
+
+@torch.inference_mode()
+def validation_nll(checkpoint: Path, tokenizer, data: Path) -> float:
+    """NLL in nats per target token (end of sentence included) of `checkpoint` on the validation pairs, float32, eval
+    mode."""
+    model = load_our_checkpoint(checkpoint).eval()
+    return nll_per_token((model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                labels=batch["labels"]).logits, batch["labels"])
+                         for batch in validation_batches(tokenizer, data))[0]
 
 
 def ours_validation_curve(run_dir: Path, work: Path, data: Path, cache: dict) -> dict:
     tokenizer = tokenizer_of(work)
-    sources = read_gzip_lines(data / f"{SPLITS['valid']}.{SOURCE}.gz")
-    targets = read_gzip_lines(data / f"{SPLITS['valid']}.{TARGET}.gz")
     curve = {}
     for checkpoint in run_dir.glob("checkpoint-*"):
         step = int(checkpoint.name.split("-")[1])
         key = f"{run_dir.name}/{step}"
         if key not in cache:
-            cache[key] = validation_nll(checkpoint, tokenizer, sources, targets)
+            cache[key] = validation_nll(checkpoint, tokenizer, data)
         curve[step] = cache[key]
     return curve
 
@@ -703,7 +708,8 @@ def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
     translate = partial(fairseq_translations, args) if fairseq else partial(our_translations, data=data)
     # --average N: the mean of the last N checkpoints up to `step` (Wu et al.'s and the paper's last-checkpoint
     # averaging), made the way each toolkit's own averaging makes it.
-    last = [checkpoints[s] for s in sorted(s for s in checkpoints if s <= step)[-args.average:]]
+    steps = sorted(s for s in checkpoints if s <= step)[-args.average:]
+    last = [checkpoints[s] for s in steps]
     with tempfile.TemporaryDirectory() as tmp:
         if len(last) > 1:
             checkpoint = (average_fairseq_checkpoints(args, last, Path(tmp) / "averaged.pt") if fairseq else
@@ -713,7 +719,7 @@ def bleu_row(args, work: Path, data: Path, run_dir: Path) -> str:
         hypotheses = translate(work, checkpoint)
     scores = score_translations(hypotheses, references, moses_lang=TARGET)
     ratio = re.search(r"ratio = ([0-9.]+)", scores["bleu_report"]).group(1)
-    updates = f"{min(s for s in checkpoints if checkpoints[s] in last)}-{step}" if len(last) > 1 else step
+    updates = f"{steps[0]}-{step}" if len(last) > 1 else step
     return (f"| {run_dir.name} | {updates} | {scores['bleu']:.2f} | {scores['bleu_lc_moses']:.2f} | "
             f"{scores['bleu_bp']:.3f} | {ratio} |")
 
