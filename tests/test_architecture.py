@@ -130,3 +130,26 @@ def test_no_function_is_over_the_line_limit():
                 if length > MAX_FUNCTION_LINES:
                     offenders.append(f"{relative(path)}:{node.lineno}: {node.name} ({length} lines)")
     assert not offenders, f"Functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
+
+
+def auto_loads_without_trust_remote_code(path: Path) -> list[str]:
+    """The calls `AutoSomething.from_pretrained(...)` in `path` that do not pass `trust_remote_code=False`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "from_pretrained" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id.startswith("Auto")):
+            continue
+        passed = {keyword.arg: keyword.value for keyword in node.keywords}
+        value = passed.get("trust_remote_code")
+        if not (isinstance(value, ast.Constant) and value.value is False):
+            found.append(f"{relative(path)}:{node.lineno}: `{ast.unparse(node)}`")
+    return found
+
+
+def test_every_auto_class_load_refuses_the_folders_own_code():
+    # A saved folder names its code in `auto_map`; an Auto class given no `trust_remote_code` asks on standard input
+    # whether to run it (where the package's own classes are not registered), which takes the lines a command was
+    # piped to translate. The package registers its classes and loads with them, never asking.
+    found = [call for path in FILES for call in auto_loads_without_trust_remote_code(path)]
+    assert not found, "Auto classes that may ask whether to run a folder's code:\n" + "\n".join(found)

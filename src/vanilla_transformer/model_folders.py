@@ -66,7 +66,7 @@ def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
     if all(config.get(key) is None for key in keys):
         return  # nothing to hold the tokenizer against
     try:
-        loaded = AutoTokenizer.from_pretrained(tokenizer)
+        loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as error:  # transformers reading files that are not a tokenizer's
         raise UserError(f"cannot read the tokenizer in {tokenizer}: {describe(error)}") from error
     where = "its tokenizer" if tokenizer == model else f"the tokenizer {tokenizer}"

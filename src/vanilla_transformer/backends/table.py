@@ -31,8 +31,8 @@ def torch_translator(model_dir: PathLike, device: str | None = None) -> Translat
 
     register()  # AutoModelForSeq2SeqLM knows the model
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=False).to(device).eval()
     return functools.partial(translate_lines, model, tokenizer)
 
 
@@ -54,7 +54,8 @@ def onnx_translator(model_dir: PathLike, device: str | None = None) -> Translato
 
     register()  # the pipelines, and the configuration class that the ONNX folder's config.json names
     model = VanillaTransformerORTForConditionalGeneration.from_pretrained(model_dir, device=device)
-    return functools.partial(translate_lines, model, AutoTokenizer.from_pretrained(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    return functools.partial(translate_lines, model, tokenizer)
 
 
 # How the commands run a model folder: a backend loads it (folder, device) and returns its translate function.

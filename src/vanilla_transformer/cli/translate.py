@@ -61,6 +61,9 @@ def _translator(args: argparse.Namespace):
     # Export folders hold no transformers weights: the ct2 and onnx backends say what a folder lacks.
     check_model(args.model, config=torch_backend, weights=torch_backend, hub=torch_backend)
     if torch_backend:
+        from ..model import register
+
+        register()  # before any Auto class reads the folder, which would otherwise offer to run the folder's own code
         check_tokenizer_fits(args.model)
         _check_cuda_device(args.device)
     with user_errors(OSError, ValueError, path=args.model):  # a folder the backend cannot run, a Hub id not there
@@ -306,8 +309,8 @@ def plot_attention_command(argv: list[str]) -> None:
     check_tokenizer_fits(args.model)
     check_output_file(args.out)
     with user_errors(OSError, ValueError, path=args.model):
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
-        model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=False)
+        model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=False)
     weights = attention_weights(model, tokenizer, args.source, args.translation)
     with user_errors(ValueError):  # a layer or head the model does not have
         plot_attention(weights, args.kind, args.layer, args.head, args.out)

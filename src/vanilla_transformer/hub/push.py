@@ -47,7 +47,7 @@ def write_repository(
         raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
     facts = read_card_facts(results, run_dir)  # a bad results file stops before the model is loaded
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     # The saved tokenizer config records how it was loaded: in offline mode (where a dry run may be made), transformers
     # forces `local_files_only` on, which the uploaded folder must not carry.
     if "local_files_only" in tokenizer.init_kwargs:

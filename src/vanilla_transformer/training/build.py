@@ -26,27 +26,30 @@ def build_tokenizer(model_args, train_pairs, data_args, training_args):
     """The run's tokenizer: the checkpoint's when resuming, the one given, or one trained on the training pairs."""
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint and (Path(checkpoint) / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(checkpoint)  # the Trainer saves the tokenizer with each checkpoint
+        # The Trainer saves the tokenizer with each checkpoint.
+        return AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=False)
     source = model_args.model_name_or_path or model_args.tokenizer_name
     if source:
-        return AutoTokenizer.from_pretrained(source)
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     tokenizer_dir = Path(training_args.output_dir) / "tokenizer"
     if training_args.resume_from_checkpoint and tokenizer_dir.is_dir():
-        return AutoTokenizer.from_pretrained(tokenizer_dir)  # the run's own, which its checkpoints were trained with
+        # The run's own, which its checkpoints were trained with.
+        return AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)
     # One process trains the shared vocabulary on both sides of the training data; the others load it.
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index == 0:
             pairs = sample_pairs(train_pairs, model_args.tokenizer_train_pairs, seed=training_args.seed)
             texts = pair_texts(pairs, data_args.source_lang, data_args.target_lang)
             train_tokenizer(texts, vocab_size=model_args.vocab_size).save_pretrained(tokenizer_dir)
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
+    return AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)
 
 
 def build_model(model_args, data_args, tokenizer, checkpoint: str | None = None):
     """The model to train: the one `checkpoint` holds (resuming), the one to fine-tune, or a new one."""
     if checkpoint or model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(
-            checkpoint or model_args.model_name_or_path, attn_implementation=model_args.attn_implementation
+            checkpoint or model_args.model_name_or_path, attn_implementation=model_args.attn_implementation,
+            trust_remote_code=False,
         )
     # The model's generation config is section 6.1's decoding (beam 4, GNMT length penalty 0.6, source + 50).
     return VanillaTransformerForConditionalGeneration(new_model_config(model_args, data_args, tokenizer))

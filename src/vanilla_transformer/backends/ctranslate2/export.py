@@ -66,7 +66,7 @@ def export_ctranslate2(
     check_export(model_dir, output_dir, quantization, QUANTIZATIONS, max_positions, force)
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     spec = transformer_spec_of(model, tokenizer, max_positions)
 
     class SpecConverter(ctranslate2.converters.Converter):

@@ -60,7 +60,7 @@ def load_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
         return PreTrainedTokenizerFast.from_pretrained(model_dir)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
 
 
 # The settings of `generate()` that become CTranslate2's search settings; other options go to `translate_batch`.

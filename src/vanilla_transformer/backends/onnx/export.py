@@ -131,7 +131,7 @@ def export_onnx(
     check_export(model_dir, output_dir, quantize, QUANTIZATIONS, max_positions, force)
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     config = copy.deepcopy(model.config)  # the folder's
     # The eager kernel is the formula of section 3.2.1 as plain operators, which every ONNX runtime has.
     model.set_attn_implementation("eager")
