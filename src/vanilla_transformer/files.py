@@ -4,6 +4,7 @@ written, and a JSON or safetensors file that is whole."""
 import json
 import os
 import struct
+import sys
 from pathlib import Path
 
 from .errors import UserError, describe, user_errors
@@ -12,8 +13,10 @@ from .folders import no_such_folder
 
 def check_input_file(path: str | None) -> int | None:
     """The number of lines of `path`, a UTF-8 text file read through once so that a bad line stops the command before
-    any work; None for standard input (None or "-"), which can be read only once."""
+    any work; None for standard input (None or "-"), which can be read only once, and must be open."""
     if path is None or path == "-":
+        if sys.stdin is None:  # the process was started with its standard input closed
+            raise UserError("standard input is closed: pipe the sentences in, or give --input FILE")
         return None
     from .text_files import InvalidUTF8Error, iter_lines
 

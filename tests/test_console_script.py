@@ -1,0 +1,88 @@
+"""The installed `vanilla-transformer` script run as a user runs it, in a child process: sentences piped to `translate`
+or named by --input, on the folders a user gets from `train`, `average`, a checkpoint and a fine-tuning run. Standard
+input carries the sentences and nothing else, standard output the translations and nothing else: transformers'
+question whether to run a folder's own code (its `auto_map`) must never be asked, since it would read its answers
+from the sentences."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vanilla_transformer.cli.main import main
+
+SCRIPT = Path(sys.executable).with_name("vanilla-transformer")
+SENTENCES = "one hundred and two\nseven\n\nforty-one thousand\n"  # a blank line stays blank
+DECODING_FLAGS = ["--num-beams", "2", "--max-new-tokens", "6"]
+REMOTE_CODE_QUESTION = "custom code"  # "... contains custom code which must be executed ... [y/N]"
+
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed next to this Python")
+
+
+def write_tsv(corpus, path):
+    path.write_text("".join(f"{pair['en']}\t{pair['fr']}\n" for pair in corpus["train"]["translation"]),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def folders(corpus, tokenizer_dir, tmp_path_factory):
+    """A user's model folders, made by the commands: a run (`train`), its checkpoint, the average of its two
+    checkpoints (`average`) and a run fine-tuned from it (`train --model_name_or_path`)."""
+    root = tmp_path_factory.mktemp("console-script")
+    common = ["--preset", "tiny", "--max_tokens", "256", "--warmup_steps", "4", "--report_to", "none",
+              "--disable_tqdm", "true", "--source_lang", "en", "--target_lang", "fr"]
+    pairs = str(write_tsv(corpus, root / "pairs.tsv"))
+    main(["train", "--train_file", pairs, "--tokenizer_name", str(tokenizer_dir), "--max_steps", "4",
+          "--save_steps", "2", "--output_dir", str(root / "run"), *common])
+    main(["average", "--run", str(root / "run"), "--last", "2", "--out", str(root / "averaged")])
+    main(["train", "--train_file", pairs, "--model_name_or_path", str(root / "run"), "--max_steps", "2",
+          "--save_strategy", "no", "--output_dir", str(root / "fine-tuned"), *common])
+    return {name: root / name for name in ("run", "run/checkpoint-2", "averaged", "fine-tuned")}
+
+
+def expected_translations(folder) -> bytes:
+    """The translations of SENTENCES by transformers' translation pipeline, in this process: one line each."""
+    from transformers import pipeline
+
+    translator = pipeline("translation", model=str(folder), device="cpu")
+    lines = SENTENCES.splitlines()
+    outputs = translator([line for line in lines if line.strip()], batch_size=32, num_beams=2, max_new_tokens=6)
+    texts = iter(output["translation_text"] for output in outputs)
+    return "".join(f"{next(texts) if line.strip() else ''}\n" for line in lines).encode()
+
+
+def run_script(*arguments, **options) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, *map(str, arguments)], capture_output=True, timeout=300, **options)
+
+
+@pytest.mark.slow  # four trained folders, eight processes
+@pytest.mark.parametrize("name", ["run", "run/checkpoint-2", "averaged", "fine-tuned"])
+def test_translate_reads_only_sentences_from_a_pipe_and_writes_only_translations(name, folders, tmp_path):
+    folder = folders[name]
+    assert "auto_map" in (folder / "config.json").read_text()  # a folder that names its own code
+    expected = expected_translations(folder)
+    piped = run_script("translate", "--model", folder, *DECODING_FLAGS, input=SENTENCES.encode())
+    assert REMOTE_CODE_QUESTION not in piped.stderr.decode(), piped.stderr.decode()[-2000:]
+    assert piped.returncode == 0, piped.stderr.decode()[-2000:]
+    assert piped.stdout == expected
+    # The same sentences from a file, standard input closed: the same bytes.
+    source = tmp_path / "sentences.txt"
+    source.write_text(SENTENCES, encoding="utf-8")
+    from_file = run_script("translate", "--model", folder, "--input", source, *DECODING_FLAGS,
+                           stdin=None, preexec_fn=lambda: os.close(0))
+    assert from_file.returncode == 0, from_file.stderr.decode()[-2000:]
+    assert REMOTE_CODE_QUESTION not in from_file.stderr.decode()
+    assert from_file.stdout == expected
+
+
+def test_translate_with_standard_input_closed_says_so_in_one_line(tmp_path):
+    # Said before the model is looked at.
+    result = run_script("translate", "--model", tmp_path, stdin=None, preexec_fn=lambda: os.close(0))
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        "vanilla-transformer translate: error: standard input is closed: pipe the sentences in, or give --input FILE\n"
+    )
+    assert result.stdout == b""
