@@ -510,3 +510,28 @@ def test_a_static_cache_takes_positions_beyond_the_precomputed_sinusoids(tiny_mo
     positions.table = positions.table[:4]  # positions 4 and on come from a table computed for the cache's length
     assert torch.equal(tiny_model.generate(**forced, cache_implementation="static"), expected)
     assert torch.equal(tiny_model.generate(**forced), expected)
+
+
+@pytest.mark.parametrize("where", ["call", "generation_config"])
+def test_attentions_asked_of_generate_come_back_filled_whatever_the_models_kernel(tiny_model, batch, tmp_path, where):
+    # from_pretrained's default kernel is sdpa, which forms no weights: generate switches to eager for the call.
+    tiny_model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    eager = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert loaded.config._attn_implementation == "sdpa"
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=4,
+                  num_beams=2, return_dict_in_generate=True)
+    if where == "call":
+        inputs["output_attentions"] = True
+    else:
+        loaded.generation_config.output_attentions = eager.generation_config.output_attentions = True
+    outputs, reference = loaded.generate(**inputs), eager.generate(**inputs)
+    assert loaded.config._attn_implementation == "sdpa"  # restored after the call
+    torch.testing.assert_close(outputs.sequences, reference.sequences, rtol=0, atol=0)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        got, expected = getattr(outputs, name), getattr(reference, name)
+        assert len(got) == len(expected) > 0, name
+        torch.testing.assert_close(got, expected, msg=name)
+    # One tensor a decoder layer at each step, (beams * batch, heads, 1, source length) for the encoder-decoder one.
+    assert outputs.cross_attentions[0][0].shape == (4, 4, 1, batch["input_ids"].shape[1])
+    assert torch.all(outputs.cross_attentions[1][0].sum(-1).sub(1).abs() < 1e-5)  # softmax rows

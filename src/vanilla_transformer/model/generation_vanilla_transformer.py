@@ -4,6 +4,7 @@ transformers' beam search, and the per-sentence maximum output length of source 
 transformers' own.
 """
 
+import contextlib
 from collections.abc import Sequence
 from contextvars import ContextVar
 
@@ -103,6 +104,20 @@ def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, enco
 _gnmt_length_penalty: ContextVar[bool] = ContextVar("gnmt_length_penalty", default=False)
 
 
+@contextlib.contextmanager
+def attention_kernel(model, implementation: str | None):
+    """`model` with the attention kernel `implementation` inside the block (None: its own), its own restored after."""
+    own = model.config._attn_implementation
+    if implementation is None or implementation == own:
+        yield
+        return
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(own)
+
+
 class VanillaTransformerGenerationMixin(GenerationMixin):
     """transformers' `GenerationMixin` with section 6.1's decoding read from the generation config (or the call):
 
@@ -119,6 +134,10 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
     `_check_early_stop_heuristic`, with the penalty folded into the scores and transformers' exponent set to 0);
     `_reorder_cache` is the hook transformers offers models for their cache. tests/test_generation.py checks by their
     effects that transformers still calls all three (docs/internals.md).
+
+    `output_attentions=True` (in the call or the generation config) decodes with the eager attention kernel, the
+    formula of section 3.2.1 that forms the weights: sdpa and flash attention never return them, and transformers
+    would hand back empty attention tuples. The model's kernel is restored after the call.
     """
 
     @torch.no_grad()
@@ -155,9 +174,14 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             # 20, which folders saved by earlier `train` runs carry); transformers would warn at every call.
             kwargs["max_length"] = None
 
+        config = generation_config or self.generation_config
+        output_attentions = kwargs.get("output_attentions", config.output_attentions)
         token = _gnmt_length_penalty.set(settings["length_penalty_type"] == "gnmt")
         try:
-            return super().generate(inputs, generation_config=generation_config, logits_processor=processors, **kwargs)
+            with attention_kernel(self, "eager" if output_attentions else None):
+                return super().generate(
+                    inputs, generation_config=generation_config, logits_processor=processors, **kwargs
+                )
         finally:
             _gnmt_length_penalty.reset(token)
 
