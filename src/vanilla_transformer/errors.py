@@ -7,7 +7,9 @@ A mistake in what a command is given (a missing folder, a bad value, a file with
 
 import argparse
 import contextlib
+import difflib
 import os
+import sys
 from pathlib import Path
 
 
@@ -48,10 +50,36 @@ class NotExportedError(ValueError):
 
 class OneLineErrors:
     """For an `argparse.ArgumentParser` subclass: a bad flag or value is a `UserError`, one line like every other
-    mistake, instead of argparse's usage lines before the error."""
+    mistake, instead of argparse's usage lines before the error.
+
+    A flag is taken only as spelled in full: argparse's abbreviations are off (`--num-beam` is no `--num-beams`: a flag
+    added later could make an old command line mean something else), and an unknown flag is named, with the flags it
+    is close to, before anything else is said of the command line (argparse would first report a required flag as
+    missing when the unknown one was that flag misspelt)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UserError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        self.refuse_unknown_flags(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def refuse_unknown_flags(self, argv: list[str]) -> None:
+        """A `UserError` naming the first `--flag` of `argv` that this parser does not know. Arguments after `--`, and
+        values with a space (which argparse takes as values, never as flags), are not flags."""
+        known = [option for action in self._actions for option in action.option_strings]
+        for argument in argv:
+            if argument == "--":
+                return
+            flag = argument.split("=", 1)[0]
+            if flag.startswith("--") and " " not in flag and flag not in known:
+                close = difflib.get_close_matches(flag, [option for option in known if option.startswith("--")], n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                self.error(f"unrecognized argument {flag}{hint}")
 
 
 class CommandParser(OneLineErrors, argparse.ArgumentParser):

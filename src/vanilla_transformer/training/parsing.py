@@ -85,7 +85,8 @@ def parse_arguments(argv: list[str] | None = None, profile: RunProfile = PAPER_P
     return RunArguments(*arguments, profile)
 
 
-def parse_into_dataclasses(parser: HfArgumentParser, argv: list[str]):
+def parse_into_dataclasses(parser: TrainArgumentParser, argv: list[str]):
+    parser.refuse_unknown_flags(argv)
     try:
         return parser.parse_args_into_dataclasses(args=argv)
     except ValueError as error:  # the Trainer's arguments check their values and combinations
