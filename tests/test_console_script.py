@@ -10,7 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from conftest import tiny_config_for
+from transformers import AutoTokenizer
 
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli.main import main
 
 SCRIPT = Path(sys.executable).with_name("vanilla-transformer")
@@ -86,3 +90,28 @@ def test_translate_with_standard_input_closed_says_so_in_one_line(tmp_path):
         "vanilla-transformer translate: error: standard input is closed: pipe the sentences in, or give --input FILE\n"
     )
     assert result.stdout == b""
+
+
+@pytest.fixture(scope="module")
+def random_model(tokenizer_dir, tmp_path_factory):
+    """A tiny random model saved with the `tokenizer_dir` BPE: a folder the commands load in a blink."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("random-model")
+    VanillaTransformerForConditionalGeneration(tiny_config_for(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_translate_ends_quietly_when_its_reader_goes(random_model, tmp_path):
+    # `translate | head -1`: the reader has gone before the first translation is written.
+    source = tmp_path / "sentences.txt"
+    source.write_text(SENTENCES, encoding="utf-8")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([SCRIPT, "translate", "--model", random_model, "--input", source,
+                                 *DECODING_FLAGS], stdout=write_end, stderr=subprocess.PIPE, timeout=300)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141 and result.stderr == b""  # 128 + SIGPIPE, as a filter killed by the signal

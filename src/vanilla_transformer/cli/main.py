@@ -15,6 +15,9 @@ from or sent to it (`hub.reachability.hub_unreachable`), and a push that the Hub
 """
 
 import contextlib
+import os
+import signal
+import stat
 import sys
 
 from ..errors import CommandParser, UserError
@@ -57,6 +60,26 @@ def quiet_model_loading(quiet: bool = True):
             transformers_logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def quiet_when_the_reader_goes():
+    """A reader of standard output that stops reading (`translate | head -1`) ends the command as it ends a Unix
+    filter: quietly, with exit status 141 (128 + SIGPIPE), the work left undone. Standard output is pointed at the null
+    device first, or Python's flush at exit would fail on the closed pipe again. A broken pipe that is not standard
+    output's is a bug and keeps its traceback."""
+    try:
+        yield
+    except BrokenPipeError:
+        try:
+            stdout_is_a_pipe = stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError):  # closed, or replaced by an object without a file
+            stdout_is_a_pipe = False
+        if not stdout_is_a_pipe:
+            raise
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
+
+
 def asks_for_help(argv: list[str]) -> bool:
     """Whether a command's arguments ask for its --help, which its parser prints without loading anything."""
     return any(argument in ("-h", "--help") for argument in argv)
@@ -82,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"vanilla-transformer: error: {error}", file=sys.stderr)
         sys.exit(2)
     command, _ = COMMANDS[name]
-    with one_line_errors(name):
+    with quiet_when_the_reader_goes(), one_line_errors(name):
         if asks_for_help(argv[1:]):
             command(argv[1:])
             return
