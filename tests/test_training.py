@@ -276,6 +276,33 @@ def test_predicting_leaves_the_generation_config_to_save_without_a_max_length(to
     assert "max_length" not in captured.out
 
 
+def test_resuming_reports_a_missing_weight_but_not_the_tied_copies_of_the_shared_embedding(tokenizer, tmp_path):
+    """A checkpoint's safetensors hold the shared embedding once: the Trainer's load, which
+    `train(resume_from_checkpoint=...)` calls, would report its tied copies as missing keys."""
+    from safetensors.torch import save_file
+    from transformers.testing_utils import CaptureLogger, LoggingLevel
+    from transformers.utils import logging
+
+    saved_model = small_model(tokenizer)
+    saved_model.save_pretrained(tmp_path / "checkpoint")
+    weights = load_file(tmp_path / "checkpoint" / "model.safetensors")
+    assert "model.shared.weight" in weights and "lm_head.weight" not in weights
+    args = paper_training_arguments(str(tmp_path / "run"), d_model=64, report_to=[])
+    trainer = TokenBatchSeq2SeqTrainer(model=small_model(tokenizer, seed=1), args=args, max_tokens=512)
+    with LoggingLevel(logging.INFO), CaptureLogger(logging.get_logger("transformers.trainer")) as captured:
+        trainer._load_from_checkpoint(str(tmp_path / "checkpoint"))
+    assert "Loading model from" in captured.out and "missing keys" not in captured.out
+    for copy in (trainer.model.lm_head, trainer.model.model.encoder.embed_tokens):
+        torch.testing.assert_close(copy.weight, saved_model.model.shared.weight.to(copy.weight.device))
+
+    del weights["model.encoder.layers.0.fc1.weight"]
+    save_file(weights, tmp_path / "checkpoint" / "model.safetensors", metadata={"format": "pt"})
+    with CaptureLogger(logging.get_logger("transformers.trainer")) as captured:
+        trainer._load_from_checkpoint(str(tmp_path / "checkpoint"))
+    assert ("There were missing keys in the checkpoint model loaded: ['model.encoder.layers.0.fc1.weight']"
+            in captured.out)
+
+
 # --- The command line: resume, DDP -------------------------------------------------------------------------------
 
 

@@ -79,6 +79,17 @@ def label_smoothed_cross_entropy(epsilon: float):
     return compute_loss
 
 
+def untied_missing_keys(model, missing_keys: list[str]) -> list[str]:
+    """The `missing_keys` of a state dict loaded into `model` that are not a tied copy of a weight it held: safetensors
+    stores each tied weight once (one name of `model.all_tied_weights_keys`' group), and loading it fills every copy."""
+    names = {}  # each tied weight: its names
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        names.setdefault(source, {source}).add(target)
+    tied = {name: group for group in names.values() for name in group}
+    missing = set(missing_keys)
+    return [key for key in missing_keys if not tied.get(key, set()) - missing]
+
+
 # Feature fields that hold token ids; `labels` may also hold the loss's ignore index.
 TOKEN_ID_FIELDS = ("input_ids", "decoder_input_ids", "labels")
 IGNORE_INDEX = -100
@@ -133,7 +144,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
     check them.
     Each checkpoint is marked complete once written (`checkpoints.MarkCompleteCheckpoints`), so that one cut short
-    by a kill is never resumed from or averaged."""
+    by a kill is never resumed from or averaged. Resuming reports the checkpoint's missing weights but not the copies
+    of the shared embedding, which a checkpoint stores once (`untied_missing_keys`)."""
 
     def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None,
                  validation_decoding: dict | None = None, **kwargs):
@@ -146,6 +158,11 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
             # The same loss as the Trainer's LabelSmoother, in torch's fused kernel.
             self.compute_loss_func = label_smoothed_cross_entropy(self.args.label_smoothing_factor)
+
+    def _issue_warnings_after_load(self, load_result):
+        # The Trainer's report of a checkpoint loaded to resume from, which would list the tied copies as missing.
+        missing = untied_missing_keys(self.model, load_result.missing_keys)
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # The loss takes the labels out of the inputs, and a decoder given no labels builds a key/value cache for
@@ -343,4 +360,5 @@ __all__ = [
     "paper_training_arguments",
     "tokenize_pairs",
     "translation_metrics",
+    "untied_missing_keys",
 ]
