@@ -20,7 +20,7 @@ $(VENV)/.installed-%: pyproject.toml | $(PY)
 install: $(VENV)/.installed-core
 
 demo: $(VENV)/.installed-train
-	$(VENV)/bin/vanilla-transformer train --overwrite-output-dir  # a new demo run replaces the last one
+	$(VENV)/bin/vanilla-transformer train --overwrite-finished-run  # continues an interrupted demo, replaces a finished one
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q

@@ -4,13 +4,32 @@ per magnitude in the printed and saved results. The demo itself trains for minut
 
 import json
 import random
+import shlex
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from vanilla_transformer.demo.corpus import describe_training, magnitude, number_words_corpus, sample_numbers
+
+
+MAKEFILE = Path(__file__).resolve().parents[1] / "Makefile"
+# The demo's data and reporting with a tiny model trained for a few steps, a checkpoint each.
+TINY_DEMO = [
+    "--demo_train_size", "14000", "--demo_max_digits", "4", "--warmup_steps", "1", "--d_model", "32", "--layers", "1",
+    "--heads", "2", "--ffn_dim", "64", "--vocab_size", "300", "--save_steps", "1", "--report_to", "none",
+    "--disable_tqdm", "true", "--generation_num_beams", "1", "--generation_max_length", "8",
+]
+
+
+def make_demo_command() -> list[str]:
+    """The `vanilla-transformer` arguments of the Makefile's `demo` recipe."""
+    recipe = MAKEFILE.read_text(encoding="utf-8").split("\ndemo:", 1)[1].splitlines()[1]
+    program, *arguments = shlex.split(recipe, comments=True)
+    assert program.endswith("/vanilla-transformer"), recipe
+    return arguments
 
 
 @pytest.fixture(scope="module")
@@ -77,17 +96,53 @@ def test_corpus_refuses_sizes_it_cannot_hold():
         number_words_corpus(max_digits=3)
 
 
+def test_make_demo_continues_an_interrupted_demo_and_replaces_a_finished_one():
+    assert make_demo_command() == ["train", "--overwrite-finished-run"]
+
+
+@pytest.mark.slow  # three runs of the demo's command: training, evaluation, model card
+def test_make_demos_command_after_ctrl_c_continues_the_demo_and_once_finished_replaces_it(
+    tmp_path, capsys, caplog, monkeypatch
+):
+    from transformers import Trainer
+
+    from vanilla_transformer.cli.main import main
+    from vanilla_transformer.hub.card_facts import RunRecord
+
+    monkeypatch.chdir(tmp_path)  # the demo's folder, outputs/number-words-en-fr, in it
+    out = Path("outputs/number-words-en-fr")
+    argv = [*make_demo_command(), *TINY_DEMO, "--max_steps", "3", "--average_last", "2"]
+    training_step = Trainer.training_step
+
+    def ctrl_c_at_step_3(self, *args, **kwargs):
+        if self.state.global_step + 1 == 3:
+            raise KeyboardInterrupt
+        return training_step(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit) as exit_info:
+        patch.setattr(Trainer, "training_step", ctrl_c_at_step_3)
+        main(argv)
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"vanilla-transformer train: interrupted after step 2; the newest complete checkpoint is "
+        f"{out / 'checkpoint-2'}: the same command continues the run from it")
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+        main(argv)
+    assert f"continuing it from {out / 'checkpoint-2'}, its newest complete checkpoint (step 2)" in caplog.text
+    assert RunRecord.read(out).facts.sessions == 2 and (out / "card_results.json").is_file()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+        main(argv)
+    assert f"{out} holds a finished run: --overwrite-finished-run replaces it with a new one" in caplog.text
+    assert RunRecord.read(out).facts.sessions == 1 and RunRecord.read(out).facts.steps == 3
+
+
 @pytest.mark.slow  # the demo's command end to end: training, evaluation, model card
 def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
     from vanilla_transformer.demo.train_command import main
 
     out = tmp_path / "demo"
-    main([  # the demo's data and reporting, with a tiny model trained for 2 steps
-        "--output_dir", str(out), "--demo_train_size", "14000", "--demo_max_digits", "4", "--max_steps", "2",
-        "--warmup_steps", "1", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
-        "--vocab_size", "300", "--save_steps", "1", "--average_last", "2", "--report_to", "none",
-        "--disable_tqdm", "true", "--generation_num_beams", "1", "--generation_max_length", "8",
-    ])
+    main(["--output_dir", str(out), *TINY_DEMO, "--max_steps", "2", "--average_last", "2"])
     printed = capsys.readouterr().out
     assert "Held-out (950 pairs, beam 1)" in printed
     assert "Seen in training (the 550 numbers below 1,000 of the training set)" in printed

@@ -475,6 +475,106 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninte
         torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
 
 
+def test_after_ctrl_c_overwrite_finished_run_continues_the_run_and_once_finished_replaces_it(
+    uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog, capsys, monkeypatch
+):
+    """`make demo`'s flag: the same command continues a run that Ctrl-C stopped, and replaces the run once it
+    finished. Resuming does not report the tied copies of the shared embedding as missing from the checkpoint."""
+    from transformers import Trainer
+    from transformers.testing_utils import CaptureLogger, LoggingLevel
+    from transformers.utils import logging
+
+    from vanilla_transformer.cli.main import main
+    from vanilla_transformer.hub.card_facts import RunRecord
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "2",
+                         "--overwrite-finished-run")
+    training_step = Trainer.training_step
+
+    def ctrl_c_at_step_5(self, *args, **kwargs):
+        if self.state.global_step + 1 == 5:
+            raise KeyboardInterrupt
+        return training_step(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit) as exit_info:
+        patch.setattr(Trainer, "training_step", ctrl_c_at_step_5)
+        main(argv)
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"vanilla-transformer train: interrupted after step 4; the newest complete checkpoint is "
+        f"{run / 'checkpoint-4'}: the same command continues the run from it")
+
+    trainer_log = logging.get_logger("transformers.trainer")
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"), LoggingLevel(logging.INFO), \
+            CaptureLogger(trainer_log) as resumed_log:
+        main(argv)
+    assert f"continuing it from {run / 'checkpoint-4'}, its newest complete checkpoint (step 4)" in caplog.text
+    assert "Loading model from" in resumed_log.out and "missing keys" not in resumed_log.out
+    assert RunRecord.read(run).facts.sessions == 2
+    for name, tensor in uninterrupted_run.items():
+        torch.testing.assert_close(final_weights(run)[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+        main(argv)
+    assert f"{run} holds a finished run: --overwrite-finished-run replaces it with a new one" in caplog.text
+    assert "continuing" not in caplog.text and RunRecord.read(run).facts.sessions == 1
+
+
+def test_the_way_to_continue_a_stopped_run_is_the_same_command_unless_it_replaces_or_goes_back(tmp_path):
+    from vanilla_transformer.training.resume import how_to_continue
+
+    run, checkpoint = tmp_path / "run", str(tmp_path / "run" / "checkpoint-4")
+    for argv in (["--output-dir", str(run)], ["--resume-from-checkpoint", "auto", "--output-dir", str(run)],
+                 ["--resume-from-checkpoint", str(run)], ["--output-dir", str(run), "--overwrite-finished-run"]):
+        assert how_to_continue(argv, run) == "the same command continues the run"
+    assert how_to_continue(["--output-dir", str(run), "--overwrite-output-dir"], run) == (
+        "the same command without --overwrite-output-dir continues the run")
+    assert how_to_continue(["--resume-from-checkpoint", checkpoint], run) == (
+        f"the same command with --resume-from-checkpoint {run} in place of {checkpoint} continues the run")
+
+
+@pytest.mark.slow  # the installed command in a process of its own, over 5 s; Ctrl-C's line in the fast tier above
+@pytest.mark.skipif(not Path(sys.executable).with_name("vanilla-transformer").exists(),
+                    reason="the console script is not installed next to this Python")
+def test_ctrl_c_stops_the_installed_command_at_once_in_one_line_naming_how_to_continue(corpus, tokenizer_dir,
+                                                                                      tmp_path):
+    """SIGINT, which Ctrl-C sends, to `vanilla-transformer train` once it saved a checkpoint: exit status 130 and
+    one line naming the newest complete checkpoint, the one the same command continues from."""
+    import re
+    import signal
+    import time
+
+    from vanilla_transformer.training.checkpoints import COMPLETE
+    from vanilla_transformer.training.resume import resolve_resume
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "10000", "--save_steps", "2")
+    command = Path(sys.executable).with_name("vanilla-transformer")
+    with open(tmp_path / "stderr", "w+", encoding="utf-8") as stderr:
+        training = subprocess.Popen([str(command), *argv], stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 300
+        checkpoint_2 = run / "checkpoint-2" / COMPLETE
+        while not checkpoint_2.exists() and training.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        training.send_signal(signal.SIGINT)
+        try:
+            training.wait(timeout=120)
+        finally:
+            training.kill()
+        stderr.seek(0)
+        err = stderr.read()
+    assert training.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    stopped = re.fullmatch(
+        rf"vanilla-transformer train: interrupted after step (\d+); the newest complete checkpoint is "
+        rf"{re.escape(str(run / 'checkpoint-'))}(\d+): the same command continues the run from it",
+        err.splitlines()[-1])
+    assert stopped and 2 <= int(stopped[2]) <= int(stopped[1]), err.splitlines()[-1]
+    assert resolve_resume(argv[1:])[0][-2:] == ["--resume_from_checkpoint", str(run / f"checkpoint-{stopped[2]}")]
+
+
 def test_a_full_disk_stops_train_in_one_line_and_the_same_command_continues(
     uninterrupted_run, corpus, tokenizer_dir, tmp_path, capsys, monkeypatch
 ):

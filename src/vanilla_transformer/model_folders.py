@@ -9,6 +9,7 @@ from .files import file_problem
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+GENERATION_CONFIG = "generation_config.json"  # optional: without it, the model's own decoding defaults
 CT2_WEIGHTS = "model.bin"  # what CTranslate2's converters write
 ONNX_ENCODER = "encoder_model.onnx"  # what export-onnx writes, among others
 
@@ -31,8 +32,8 @@ def check_model_folder(value: str, *, config: bool = True, weights: bool = True,
         raise UserError(f"{value} has no model weights ({WEIGHT_FILES[0]})")
     if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise UserError(f"{value} has no tokenizer files ({' or '.join(TOKENIZER_FILES)})")
-    check_model_files(folder, [*(["config.json"] if config else []), *(WEIGHT_FILES[:2] if weights else []),
-                               *(TOKENIZER_FILES if tokenizer else [])])
+    check_model_files(folder, [*(["config.json", GENERATION_CONFIG] if config else []),
+                               *(WEIGHT_FILES[:2] if weights else []), *(TOKENIZER_FILES if tokenizer else [])])
 
 
 def check_model_files(folder: str | os.PathLike, names) -> None:

@@ -20,8 +20,8 @@ def one_line_errors(name: str):
     except (UserError, MissingExtraError) as error:  # one line, not a traceback
         print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print(f"vanilla-transformer {name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # its message, where a command gives one, says how to continue
+        print(f"vanilla-transformer {name}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         sys.exit(130)
     except Preempted as stop:  # SIGTERM stopped training: as Ctrl-C, 128 + the signal
         print(f"vanilla-transformer {name}: {stop}", file=sys.stderr)

@@ -2,6 +2,7 @@
 without a network is a fact to report in one line, not a traceback or a minute of retries. `check_model` takes a
 command's model, a folder here or a Hub id, on that basis."""
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -30,6 +31,8 @@ def check_model(
     folder = Path(value)
     if folder.is_dir():
         check_model_folder(value, config=config, weights=weights, tokenizer=tokenizer)
+        if config:
+            check_config_values(folder)
         return value
     if folder.exists():
         raise UserError(f"{value} is a file, not a folder")
@@ -37,6 +40,27 @@ def check_model(
         _check_hub_model(value)
         return value
     raise UserError(no_such_folder(value, hub_hint=hub))
+
+
+def check_config_values(folder: Path) -> None:
+    """A `UserError` naming the folder's config.json and the field, when the configuration of this package's model
+    that it holds cannot build one (a field of the wrong type, a size out of range). A folder of another model is left
+    to transformers."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+
+    path = folder / "config.json"
+    values = json.loads(path.read_text(encoding="utf-8"))  # whole JSON: check_model_folder read it
+    if not isinstance(values, dict):
+        raise UserError(f"{path} holds no configuration (a JSON object)")
+    if values.get("model_type") != VanillaTransformerConfig.model_type:
+        return
+    try:
+        VanillaTransformerConfig.from_pretrained(folder)
+    except (StrictDataclassError, ValueError, TypeError) as error:
+        # A strict field's error says which field; the cause under it, what is wrong with its value.
+        raise UserError(f"{path}: {describe(error.__cause__ or error)}") from error
 
 
 def _check_hub_model(repo_id: str) -> None:
@@ -112,4 +136,4 @@ def is_network_error(error: BaseException) -> bool:
     return isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.split(".")[0] == library
 
 
-__all__ = ["check_model", "hub_unreachable", "in_cache", "is_network_error", "network_reason"]
+__all__ = ["check_config_values", "check_model", "hub_unreachable", "in_cache", "is_network_error", "network_reason"]

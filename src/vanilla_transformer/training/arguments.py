@@ -120,6 +120,10 @@ class RecipeArguments:
                                          "state, results and logs are deleted first); without it, or "
                                          "--resume_from_checkpoint, a folder holding a finished run is refused."}
     )
+    overwrite_finished_run: bool = field(
+        default=False, metadata={"help": "Replace the run --output_dir holds if it finished; one that did not is "
+                                         "continued, as without the flag (`make demo` trains so)."}
+    )
     resume_weights_only: bool = field(
         default=False, metadata={"help": "Resume from a checkpoint that lacks its optimizer, schedule or random "
                                          "generator state, with what it holds: the run will not match an "

@@ -1,5 +1,5 @@
-"""Trainer callbacks of the train command: the run's clock across resumes, a wall-time budget, and a checkpoint on
-SIGTERM (preemption)."""
+"""Trainer callbacks of the train command: the run's clock across resumes, a wall-time budget, a checkpoint on
+SIGTERM (preemption), and the last step done."""
 
 import contextlib
 import json
@@ -80,6 +80,21 @@ class TrainingTimeBudget(TrainerCallback):
         return control
 
 
+class TrainingProgress(TrainerCallback):
+    """How far a run went, for a stop that does not wait for the Trainer (Ctrl-C) to say where it stopped: whether
+    training `began`, its last optimizer step done (`step`; None until one is), and whether the trained model was
+    `saved` (set by the command)."""
+
+    def __init__(self):
+        self.began, self.step, self.saved = False, None, False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.began = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.step = state.global_step
+
+
 class SaveOnSignal(TrainerCallback):
     """SIGTERM, the signal by which SLURM, Kubernetes and spot instances preempt a job, handled as a stop with a
     checkpoint: during training the step under way ends, a checkpoint is written and training stops; `stopped` then
@@ -124,4 +139,4 @@ class SaveOnSignal(TrainerCallback):
         self.training = False
 
 
-__all__ = ["SaveOnSignal", "TrainingClock", "TrainingTimeBudget"]
+__all__ = ["SaveOnSignal", "TrainingClock", "TrainingProgress", "TrainingTimeBudget"]

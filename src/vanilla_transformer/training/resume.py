@@ -41,11 +41,18 @@ def resolve_resume(argv: list[str], output_dir: str | None = None) -> tuple[list
     `--resume-from-checkpoint RUN` (a run folder), of `--resume-from-checkpoint auto` (the `--output-dir` run; a new
     run when it holds none), and, without the flag, of an `--output-dir` holding a run this command started and did
     not finish (`RUN_RECORD_FILE`, no final `trainer_state.json`): the same command run again after a kill or a
-    preemption continues where it stopped. `output_dir`: the folder without `--output-dir` (the run profile's)."""
+    preemption continues where it stopped. Without the flag, `--overwrite-finished-run` and a finished run in
+    `--output-dir` make `argv` replace it (`--overwrite-output-dir`). `output_dir`: the folder without `--output-dir`
+    (the run profile's)."""
     value = resume_checkpoint(argv)
     output_dir = given_output_dir(argv, output_dir)
     if value is None:
-        if output_dir is None or overwrite_given(argv) or not unfinished_run(output_dir):
+        if output_dir is None or overwrite_given(argv):
+            return argv, None
+        if finished_run(output_dir) and flag_given(argv, "overwrite_finished_run"):
+            return [*argv, "--overwrite_output_dir"], (
+                f"{output_dir} holds a finished run: --overwrite-finished-run replaces it with a new one")
+        if not unfinished_run(output_dir):
             return argv, None
         checkpoint = newest_complete_checkpoint(output_dir)
         if checkpoint is None:
@@ -87,20 +94,42 @@ def without_resume(argv: list[str]) -> list[str]:
     return kept
 
 
-def overwrite_given(argv: list[str]) -> bool:
-    """Whether `argv` asks for --overwrite-output-dir (which replaces an unfinished run instead of continuing it)."""
+def flag_given(argv: list[str], name: str) -> bool:
+    """Whether `argv` sets the boolean flag `name` (`--name` or `--name-with-dashes`, its value optional) to true."""
     parser = CommandParser(add_help=False)
-    parser.add_argument("--overwrite_output_dir", "--overwrite-output-dir", nargs="?", const="true", default="false")
+    parser.add_argument(f"--{name}", f"--{name.replace('_', '-')}", nargs="?", const="true", default="false")
     try:
-        return string_to_bool(parser.parse_known_args(argv)[0].overwrite_output_dir)
+        return string_to_bool(getattr(parser.parse_known_args(argv)[0], name))
     except argparse.ArgumentTypeError:  # the full parser refuses the value
         return False
+
+
+def overwrite_given(argv: list[str]) -> bool:
+    """Whether `argv` asks for --overwrite-output-dir (which replaces an unfinished run instead of continuing it)."""
+    return flag_given(argv, "overwrite_output_dir")
 
 
 def unfinished_run(output_dir: str | os.PathLike) -> bool:
     """Whether `output_dir` holds a run that `train` started (`RUN_RECORD_FILE`) and did not finish (the final
     `trainer_state.json`, saved after training, is missing)."""
-    return (Path(output_dir) / RUN_RECORD_FILE).is_file() and not (Path(output_dir) / TRAINER_STATE_NAME).is_file()
+    return (Path(output_dir) / RUN_RECORD_FILE).is_file() and not finished_run(output_dir)
+
+
+def finished_run(output_dir: str | os.PathLike) -> bool:
+    """Whether `output_dir` holds a finished run: the final `trainer_state.json`, saved after training."""
+    return (Path(output_dir) / TRAINER_STATE_NAME).is_file()
+
+
+def how_to_continue(argv: list[str], output_dir: str | os.PathLike) -> str:
+    """How to continue the unfinished run in `output_dir` that the command given `argv` was training, in words: the
+    same command, unless it replaces the run (--overwrite-output-dir) or resumes from a given checkpoint, older than
+    the newest."""
+    value = resume_checkpoint(argv)
+    if overwrite_given(argv):
+        return "the same command without --overwrite-output-dir continues the run"
+    if value not in (None, "auto") and checkpoint_step(Path(value).resolve()) is not None:
+        return f"the same command with --resume-from-checkpoint {output_dir} in place of {value} continues the run"
+    return "the same command continues the run"
 
 
 def check_resumed_model(model_args, checkpoint: str) -> None:

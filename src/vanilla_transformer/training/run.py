@@ -23,6 +23,7 @@ from .build import (
     training_dataset, validation_dataset,
 )
 from .checks import check_arguments, check_new_model
+from .checkpoints import newest_complete_checkpoint
 from .output_folder import check_output_dir, disk_errors, remove_incomplete_checkpoints, remove_old_run
 from .parsing import RunArguments, parse_arguments
 from .profile import PAPER_PROFILE, RunProfile
@@ -30,10 +31,10 @@ from .report import (
     average_last_checkpoints, card_results, decoding_flags, report_test_results, report_validation_results, save_run,
     validation_schedule, write_card,
 )
-from .resume import check_resumed_model, resolve_resume, resume_checkpoint
+from .resume import check_resumed_model, how_to_continue, resolve_resume, resume_checkpoint, unfinished_run
 from .run_lock import FolderInUseError, run_lock
 from .run_record import record_arguments, record_training_time
-from .callbacks import SaveOnSignal, TrainingClock, TrainingTimeBudget
+from .callbacks import SaveOnSignal, TrainingClock, TrainingProgress, TrainingTimeBudget
 from .trainer import paper_learning_rate
 
 
@@ -45,27 +46,31 @@ def main(argv: list[str] | None = None, profile: RunProfile = PAPER_PROFILE):
     run of `profile`'s kind (by default the paper's recipe on the data the flags give)."""
     given = sys.argv[1:] if argv is None else argv
     argv, resumed = resolve_resume(given, profile.output_dir)
-    continued = resumed is not None and resume_checkpoint(given) is None
+    continued = resume_checkpoint(argv) is not None and resume_checkpoint(given) is None
     arguments = parse_arguments(argv, profile, continued)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if resumed:
         logger.info(resumed)
     # SIGTERM stops training with a checkpoint; with several processes each would stop at its own step, so there it
-    # keeps its default action.
-    preemption = SaveOnSignal()
-    with contextlib.ExitStack() as held:
-        if arguments.training.world_size == 1:
-            held.enter_context(preemption.handling())
-        return train(arguments, preemption, held)
+    # keeps its default action. Ctrl-C stops at once, as it stops transformers' Trainer, saying how to continue.
+    preemption, progress = SaveOnSignal(), TrainingProgress()
+    try:
+        with contextlib.ExitStack() as held:
+            if arguments.training.world_size == 1:
+                held.enter_context(preemption.handling())
+            return train(arguments, given, preemption, progress, held)
+    except KeyboardInterrupt as interrupt:
+        raise KeyboardInterrupt(interruption(arguments.training.output_dir, given, progress)) from interrupt
 
 
-def train(arguments: RunArguments, preemption: SaveOnSignal, held: contextlib.ExitStack):
-    """`main` after parsing: the run, with SIGTERM handled by `preemption` and the output folder's lock held in
-    `held` (by the first process) until `main` returns."""
+def train(arguments: RunArguments, given: list[str], preemption: SaveOnSignal, progress: TrainingProgress,
+          held: contextlib.ExitStack):
+    """`main` after parsing `given` (the flags as given): the run, with SIGTERM handled by `preemption`, its last step
+    done in `progress`, and the output folder's lock held in `held` (by the first process) until `main` returns."""
     model_args, data_args, recipe_args, training_args, profile = arguments
     set_seed(training_args.seed)
     splits, callbacks = check_and_load(arguments)
-    callbacks = [*(callbacks or []), preemption]
+    callbacks = [*(callbacks or []), preemption, progress]
     if training_args.process_index == 0:  # one run per output folder, from here to the end
         with user_errors(FolderInUseError):
             held.enter_context(run_lock(training_args.output_dir))
@@ -100,10 +105,11 @@ def train(arguments: RunArguments, preemption: SaveOnSignal, held: contextlib.Ex
     if preemption.stopped:
         number, step = preemption.stopped
         raise Preempted(f"stopped by {signal.Signals(number).name} at step {step:,}, with a checkpoint: "
-                        f"{Path(training_args.output_dir) / f'checkpoint-{step}'}; the same command continues the run",
-                        number)
+                        f"{Path(training_args.output_dir) / f'checkpoint-{step}'}; "
+                        f"{how_to_continue(given, training_args.output_dir)}", number)
     averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     save_run(trainer, result)
+    progress.saved = True
 
     if "test" in tokenized:
         metrics, hypotheses = report_test_results(trainer, splits, tokenized, data_args, tokenizer, profile, averaged)
@@ -114,6 +120,21 @@ def train(arguments: RunArguments, preemption: SaveOnSignal, held: contextlib.Ex
     elif eval_dataset is not None:
         report_validation_results(trainer)
     return trainer
+
+
+def interruption(output_dir: str, given: list[str], progress: TrainingProgress) -> str:
+    """What Ctrl-C stopped, in words: how far the run went (`progress`) and how the run in `output_dir` continues
+    (`given`: the command's flags), or that there is nothing to continue."""
+    stopped = "interrupted" if progress.step is None else f"interrupted after step {progress.step:,}"
+    if progress.saved:
+        return f"interrupted after training: the model is saved in {output_dir}"
+    checkpoint = newest_complete_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if checkpoint is not None and (progress.began or unfinished_run(output_dir)):
+        return (f"{stopped}; the newest complete checkpoint is {checkpoint}: "
+                f"{how_to_continue(given, output_dir)} from it")
+    if unfinished_run(output_dir):
+        return f"{stopped}, before the run's first complete checkpoint: the same command starts it again"
+    return f"{stopped}, before the run began: nothing to continue"
 
 
 def check_and_load(arguments: RunArguments):
