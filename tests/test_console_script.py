@@ -5,8 +5,10 @@ question whether to run a folder's own code (its `auto_map`) must never be asked
 from the sentences."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,21 @@ def test_translate_ends_quietly_when_its_reader_goes(random_model, tmp_path):
     finally:
         os.close(write_end)
     assert result.returncode == 141 and result.stderr == b""  # 128 + SIGPIPE, as a filter killed by the signal
+
+
+def test_sigterm_during_translate_keeps_the_old_output_and_leaves_nothing_beside_it(random_model, tmp_path):
+    source, output = tmp_path / "sentences.txt", tmp_path / "out.txt"
+    source.write_text("".join(f"{i} one hundred and two\n" for i in range(3000)), encoding="utf-8")
+    output.write_text("the old translations\n")
+    process = subprocess.Popen([SCRIPT, "translate", "--model", random_model, "--input", source, "--output", output,
+                                "--num-beams", "4", "--max-new-tokens", "20"], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".out.txt.*.tmp")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until translate has begun writing beside the output
+    assert process.poll() is None, "translate ended before it could be stopped"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143  # 128 + SIGTERM
+    assert stderr.decode().splitlines()[-1] == "vanilla-transformer translate: stopped by SIGTERM"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.txt", "sentences.txt"]
+    assert output.read_text() == "the old translations\n"

@@ -19,8 +19,9 @@ import os
 import signal
 import stat
 import sys
+import threading
 
-from ..errors import CommandParser, UserError
+from ..errors import CommandParser, Preempted, UserError
 from .errors import one_line_errors
 from .export import export_ct2_command, export_onnx_command
 from .hub import model_card_command, push_command
@@ -80,6 +81,25 @@ def quiet_when_the_reader_goes():
         sys.exit(128 + signal.SIGPIPE)
 
 
+@contextlib.contextmanager
+def sigterm_as_a_stop(name: str):
+    """SIGTERM (`kill`, a job scheduler) stops the command `name` as Ctrl-C does: the file or folder it was writing is
+    removed (`text_files.output_file`, `output_folder`), what was there before kept, and one line says so, exit status
+    143 (`errors.Preempted`). `train` handles SIGTERM itself, with a checkpoint first (`training/run.py`)."""
+    if name == "train" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(number, frame):
+        raise Preempted(f"stopped by {signal.Signals(number).name}", number)
+
+    former = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, former)
+
+
 def asks_for_help(argv: list[str]) -> bool:
     """Whether a command's arguments ask for its --help, which its parser prints without loading anything."""
     return any(argument in ("-h", "--help") for argument in argv)
@@ -105,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"vanilla-transformer: error: {error}", file=sys.stderr)
         sys.exit(2)
     command, _ = COMMANDS[name]
-    with quiet_when_the_reader_goes(), one_line_errors(name):
+    with quiet_when_the_reader_goes(), one_line_errors(name), sigterm_as_a_stop(name):
         if asks_for_help(argv[1:]):
             command(argv[1:])
             return
