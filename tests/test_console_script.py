@@ -135,3 +135,17 @@ def test_sigterm_during_translate_keeps_the_old_output_and_leaves_nothing_beside
     assert stderr.decode().splitlines()[-1] == "vanilla-transformer translate: stopped by SIGTERM"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.txt", "sentences.txt"]
     assert output.read_text() == "the old translations\n"
+
+
+def test_a_line_of_200000_characters_gets_an_empty_line_and_a_warning_naming_it(random_model, tmp_path):
+    words = ("one", "two", "hundred", "and", "forty", "thousand")
+    huge = " ".join(words[i % 6] for i in range(33_000))  # about 200,000 characters
+    result = run_script("translate", "--model", random_model, *DECODING_FLAGS,
+                        input=f"seven\n{huge}\nforty-one\n".encode())
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    # The other lines translated as they are alone.
+    from vanilla_transformer.backends.table import torch_translator
+
+    alone = torch_translator(random_model, "cpu")(["seven", "forty-one"], num_beams=2, max_new_tokens=6)
+    assert result.stdout.decode() == f"{alone[0]}\n\n{alone[1]}\n"
+    assert "Line 2 (" in result.stderr.decode() and "tokens: left untranslated" in result.stderr.decode()

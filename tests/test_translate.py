@@ -137,6 +137,21 @@ def test_long_line_is_reported_and_translated_whole(model_and_tokenizer, caplog,
     assert max(width for _, width in batches) == 48  # not truncated
 
 
+def test_a_line_past_the_bound_is_left_untranslated_with_a_warning_and_the_others_translated(model_and_tokenizer,
+                                                                                               caplog, monkeypatch):
+    model, tokenizer = model_and_tokenizer
+    bound = 4 * MODEL_MAX_LENGTH  # UNTRANSLATED_FACTOR times the tokenizer's model_max_length
+    at_bound, past_bound = " ".join(["the cat sat"] * 13), " ".join(["the cat sat"] * 14)  # 156 and 168 tokens
+    assert len(tokenizer(at_bound)["input_ids"]) <= bound < len(tokenizer(past_bound)["input_ids"])
+    expected = [translate_lines(model, tokenizer, [line], **DECODING)[0] for line in ("a cat", at_bound, "dog")]
+    batches = record_batches(model, monkeypatch)
+    translations = translate_lines(model, tokenizer, ["a cat", past_bound, at_bound, "dog"], **DECODING)
+    assert translations == [expected[0], "", expected[1], expected[2]]
+    assert max(width for _, width in batches) < 168  # never reached the model
+    assert f"Line 2 (168 tokens) longer than {bound} tokens: left untranslated (an empty line" in caplog.text
+    assert f"Line 3 (156 tokens) longer than {MODEL_MAX_LENGTH} tokens: translated whole" in caplog.text
+
+
 def test_warn_length_sets_the_reported_length(model_and_tokenizer, caplog):
     model, tokenizer = model_and_tokenizer
     translate_lines(model, tokenizer, ["a cat", "", "dog", "a dog"], warn_length=4, **DECODING)  # 6, -, 4, 6 tokens

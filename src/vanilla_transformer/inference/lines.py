@@ -16,23 +16,43 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+# A line over this many times the tokenizer's `model_max_length` tokens (4,096 for the package's tokenizers) is left
+# untranslated: self-attention's memory grows with the square of the length (section 3.2.1; Table 1's O(n^2 d) per
+# layer), so that past some length no machine translates it, and a source that long (a log line, a pasted file) is no
+# sentence. Its place gets an empty line and a warning naming it; the other lines are translated.
+UNTRANSLATED_FACTOR = 4
+# The bound for a tokenizer that sets no `model_max_length` (transformers' stand-in is a huge number).
+UNTRANSLATED_DEFAULT = 4096
+
+
 def tokenize_lines(
     tokenizer: "PreTrainedTokenizerBase", lines: Sequence[str], warn_length: int | None = None, first_line: int = 1
 ):
     """What every backend does first: `translations` ("" for each line), the indices of the non-empty lines
     (`to_translate`) and their token ids, with a warning naming the lines (`lines[0]` is line `first_line`) longer
-    than `warn_length` (default: `tokenizer.model_max_length`)."""
+    than `warn_length` (default: `tokenizer.model_max_length`). Lines longer than `untranslated_length(tokenizer)` are
+    left out of `to_translate`, with a warning naming them: their translation stays ""."""
     texts = [line.strip() for line in lines]
     translations = [""] * len(texts)
     to_translate = [index for index, text in enumerate(texts) if text]
     # verbose=False: transformers' own warning about the same lines would say it twice, and wrongly (sinusoidal
     # positions have no maximum length).
     input_ids = tokenizer([texts[index] for index in to_translate], verbose=False)["input_ids"] if to_translate else []
-    _warn_long_lines(
-        [(first_line + to_translate[k], len(ids)) for k, ids in enumerate(input_ids)],
-        warn_length or tokenizer.model_max_length,
-    )
+    bound = untranslated_length(tokenizer)
+    numbered_lengths = [(first_line + to_translate[k], len(ids)) for k, ids in enumerate(input_ids)]
+    _warn_long_lines([(number, length) for number, length in numbered_lengths if length <= bound],
+                     warn_length or tokenizer.model_max_length)
+    if any(len(ids) > bound for ids in input_ids):
+        _warn_untranslated([(number, length) for number, length in numbered_lengths if length > bound], bound)
+        kept = [k for k, ids in enumerate(input_ids) if len(ids) <= bound]
+        to_translate, input_ids = [to_translate[k] for k in kept], [input_ids[k] for k in kept]
     return translations, to_translate, input_ids
+
+
+def untranslated_length(tokenizer: "PreTrainedTokenizerBase") -> int:
+    """The number of tokens past which a line is left untranslated (`UNTRANSLATED_FACTOR`)."""
+    model_max_length = tokenizer.model_max_length
+    return UNTRANSLATED_FACTOR * model_max_length if model_max_length < 10**6 else UNTRANSLATED_DEFAULT
 
 
 # Lines translated at a time from a stream: enough to sort into batches of similar length, few enough that memory
@@ -67,4 +87,13 @@ def _warn_long_lines(numbered_lengths: list[tuple[int, int]], limit: int) -> Non
     )
 
 
-__all__ = ["CHUNK_LINES", "tokenize_lines", "translate_in_chunks"]
+def _warn_untranslated(numbered_lengths: list[tuple[int, int]], limit: int) -> None:
+    shown = ", ".join(f"{number} ({length:,} tokens)" for number, length in numbered_lengths[:10])
+    more = f" and {len(numbered_lengths) - 10} more" if len(numbered_lengths) > 10 else ""
+    logger.warning(
+        f"{'Line' if len(numbered_lengths) == 1 else 'Lines'} {shown}{more} longer than {limit:,} tokens: left "
+        "untranslated (an empty line in the output), since attention's memory grows with the square of the length"
+    )
+
+
+__all__ = ["CHUNK_LINES", "UNTRANSLATED_FACTOR", "tokenize_lines", "translate_in_chunks", "untranslated_length"]

@@ -37,7 +37,9 @@ def translate_lines(
     end), and cut into batches of at most `batch_size` sentences and, with `max_tokens`, at most that many source
     tokens, padding included. Empty and whitespace-only lines give "" without reaching the model. A line longer than
     `warn_length` tokens (default: `tokenizer.model_max_length`) is logged with its line number and still translated
-    whole: sinusoidal positions have no length limit, and truncating would silently lose text. `first_line` is the
+    whole: sinusoidal positions have no length limit, and truncating would silently lose text. A line past
+    `lines.untranslated_length(tokenizer)` (4 times `model_max_length`), which attention's memory could not hold, gives
+    "" and a warning naming it. `first_line` is the
     number the report gives `lines[0]` (`translate_in_chunks` passes each chunk's place in the file).
 
     `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, ...) go to `generate()`; left out, the
