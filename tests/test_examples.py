@@ -149,7 +149,8 @@ def test_multi30k_tiny_size_is_wu_et_al_recipe():
               "--attention_dropout": 0.0, "--activation_dropout": 0.0, "--max_tokens": 8192, "--warmup_steps": 2000,
               "--learning_rate": 0.005, "--max_steps": 8000, "--max_train_minutes": 60.0}
     assert {name: recipe["flag_value"](flags, name, type(value)) for name, value in wanted.items()} == wanted
-    assert recipe["AFTER_TRAINING"]["tiny"] == dict(average_last=10, length_penalty=[1.0, 1.25, 1.5, 1.75, 2.0])
+    assert recipe["AFTER_TRAINING"]["tiny"] == dict(average_last=10, length_penalty=[1.0, 1.25, 1.5, 1.75, 2.0],
+                                                    num_beams=4, length_penalty_type="gnmt")
 
 
 def test_multi30k_recipe_reads_train_options_spelled_either_way():
@@ -157,3 +158,51 @@ def test_multi30k_recipe_reads_train_options_spelled_either_way():
     for flags in (["--max_tokens", "512"], ["--max-tokens", "512"], ["--max-tokens=1024", "--max_tokens=512"]):
         assert recipe["flag_value"](flags, "--max_tokens", int) == 512
     assert recipe["flag_value"](["--seed", "3"], "--seed", int) == 3
+
+
+# Raw Multi30k lines and the same lines in Wu et al.'s prepared files (LividWo/Revisit-MMT, data/multi30k-en-de, BPE
+# removed): lowercased, punctuation normalised, Moses-tokenized with Moses' escapes, hyphens kept.
+WU2021_PREPARED = {
+    "en": [("Two young, White males are outside near many bushes.",
+            "two young , white males are outside near many bushes ."),
+           ("A boy wearing headphones sits on a woman's shoulders.",
+            "a boy wearing headphones sits on a woman &apos;s shoulders ."),
+           ('Three people enter a building with a handwritten sign that says "Welcome Bikers."',
+            "three people enter a building with a handwritten sign that says &quot; welcome bikers . &quot;")],
+    "de": [("Ein Boston Terrier läuft über saftig-grünes Gras vor einem weißen Zaun.",
+            "ein boston terrier läuft über saftig-grünes gras vor einem weißen zaun ."),
+           ("Ein Mann mit ergrauenden Haaren rasiert seinen Bart.",
+            "ein mann mit ergrauenden haaren rasiert seinen bart ."),  # lowercased first: the period comes off
+           ("Zwei Männer „kämpfen“.", "zwei männer &quot; kämpfen &quot; ."),  # normalised quotes (made up)
+           ('Eine Frau auf einem Boot namens "El Corazon" lässt schwarze Gewichte ins Wasser fallen.',
+            "eine frau auf einem boot namens &quot; el corazon &quot; lässt schwarze gewichte ins wasser fallen .")],
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_wu2021_preparation_writes_their_text(lang):
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    raw, prepared = zip(*WU2021_PREPARED[lang])
+    assert recipe["prepare_like_wu2021"](list(raw), lang) == list(prepared)
+
+
+def test_wu2021_bleu_is_fairseqs_on_the_text_as_it_is():
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    references = ["ein mann &apos;s hund läuft .", "zwei kinder spielen im park ."]
+    # Split at spaces only: "&apos;s" is one token, "." another; 13a would split the escape into three.
+    hypotheses = ["ein mann &apos;s hund läuft .", "zwei kinder spielen im garten ."]
+    # n-gram precisions of the two sentences together (six tokens each; the second differs in its fifth)
+    matches = [(6 + 5) / (6 + 6), (5 + 3) / (5 + 5), (4 + 2) / (4 + 4), (3 + 1) / (3 + 3)]
+    expected = 100 * (matches[0] * matches[1] * matches[2] * matches[3]) ** 0.25
+    assert recipe["tokenized_bleu"](hypotheses, references) == pytest.approx(expected)
+
+
+def test_wu2021_size_is_their_run():
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    flags = recipe["SIZES"]["wu2021"]
+    wanted = {"--d_model": 128, "--layers": 4, "--heads": 4, "--ffn_dim": 256, "--dropout": 0.3,
+              "--max_tokens": 8192, "--warmup_steps": 2000, "--learning_rate": 0.005, "--max_steps": 8000,
+              "--save_strategy": "epoch", "--eval_strategy": "epoch", "--patience": 10}
+    assert {name: recipe["flag_value"](flags, name, type(value)) for name, value in wanted.items()} == wanted
+    assert recipe["AFTER_TRAINING"]["wu2021"] == dict(average_last=10, length_penalty=recipe["LENGTH_PENALTIES"],
+                                                      num_beams=5, length_penalty_type="transformers")

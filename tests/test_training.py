@@ -713,7 +713,7 @@ def test_the_card_of_a_resumed_run_reports_its_data_languages_whole_training_tim
     session = json.loads((run / "train_results.json").read_text())["train_runtime"]
     assert recorded["run"]["training_seconds"] > first_seconds > 0 and session < recorded["run"]["training_seconds"]
     card = model_card(run).text
-    assert "Data: Training `pairs.tsv` (600 sentence pairs), en -> fr." in card
+    assert "Data: `pairs.tsv` (600 sentence pairs), en -> fr, for training." in card
     assert "not recorded" not in card
     seconds = recorded["run"]["training_seconds"]
     duration = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
@@ -1143,3 +1143,35 @@ def test_overwrite_output_dir_replaces_the_old_run(corpus, tokenizer_dir, tmp_pa
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 1
     assert not (out / "runs").exists() and (out / "train_results.json").read_text() != "the old run's"
     assert (out / "README.md").read_text() == "the old run's"  # not a file of the run: kept
+
+
+def test_patience_stops_after_that_many_validations_without_a_lower_loss(corpus, tokenizer_dir, tmp_path):
+    from vanilla_transformer.cli.main import main
+
+    validation = tmp_path / "validation.tsv"
+    validation.write_text("".join(f"{pair['en']}\t{pair['fr']}\n" for pair in corpus["validation"]["translation"]))
+    # A rate far too high: the validation loss soon stops falling.
+    main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "60", "--save_steps", "1",
+                       "--validation_file", str(validation), "--eval_strategy", "steps", "--eval_steps", "1",
+                       "--learning_rate", "1.0", "--patience", "2"))
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    losses = [entry["eval_loss"] for entry in state["log_history"] if "eval_loss" in entry]
+    assert state["global_step"] < 60 and len(losses) == state["global_step"]
+    # Stopped at the second validation in a row no lower than the best before it, and not earlier.
+    assert min(losses[-2:]) >= min(losses[:-2])
+    streaks = [all(loss >= min(losses[:k]) for loss in losses[k:k + 2]) for k in range(1, len(losses) - 2)]
+    assert not any(streaks)
+    assert state["stateful_callbacks"]["Patience"]["attributes"]["early_stopping_patience_counter"] == 2
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--patience", "3"], "--patience counts validations without a better loss: it needs a positive number and "
+                          "validation (--eval-strategy steps or epoch), got 3 and --eval-strategy no"),
+    (["--patience", "0", "--eval_strategy", "steps"], "got 0 and --eval-strategy steps"),
+])
+def test_patience_needs_validation(flags, message, corpus, tokenizer_dir, tmp_path, capsys):
+    from vanilla_transformer.cli.main import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", *flags))
+    assert exit.value.code == 2 and message in capsys.readouterr().err

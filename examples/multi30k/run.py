@@ -7,11 +7,14 @@ checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), 
     python examples/multi30k/run.py ... --skip-training   # only the steps after training, on an existing run
     python examples/multi30k/run.py ... --lr-scale 0.5     # any `vanilla-transformer train` option overrides the size's
     python examples/multi30k/run.py ... --seeds 0,1,2      # one run per seed, then their mean and range (seeds.md)
+    python examples/multi30k/run.py ... --size wu2021      # Wu et al.'s run on their preparation of the text
 
 The data folder holds Multi30k task 1 as gzip files (train.{en,de}.gz, val.*, test_2016_flickr.*), read where it is.
 Sizes: "cpu", a scaled-down model trained a fixed number of steps on 2 CPU cores in about an hour (60 minutes as a
 guard); "tiny", Wu et al.'s (2021) Transformer-tiny for Multi30k, also an hour on 2 CPU cores, its length penalty
-chosen on the validation set; "base", Table 3's base model for a GPU; "smoke", for the tests. Outputs in --output-dir:
+chosen on the validation set; "wu2021", the same model trained, averaged, decoded and scored as Wu et al. did it, on
+their preparation of the text (lowercased and Moses-tokenized: `--preparation`); "base", Table 3's base model for a
+GPU; "smoke", for the tests. Outputs in --output-dir (and prepared/, the prepared text, with --preparation wu2021):
 the run (checkpoints, trainer_state.json, TensorBoard logs), averaged/ (the model to share, with its card and plots),
 results.json, results.md, plots/ and, when the length penalty is chosen, length_penalty.json; with --seeds, one such
 run per seed in seed-N/, and seeds.md, the mean and range of their test scores. The recipe is described in
@@ -60,6 +63,16 @@ SIZES = {
              "--dropout", "0.3", "--attention_dropout", "0", "--activation_dropout", "0",
              "--max_tokens", "8192", "--warmup_steps", "2000", "--learning_rate", "0.005", "--max_steps", "8000",
              *CPU_HOUR],
+    # Wu et al.'s run itself (LividWo/Revisit-MMT, README-baseline.md): the tiny model on their prepared text (below),
+    # a validation loss every epoch over the whole validation set, stopped after 10 epochs without a better one
+    # (fairseq's --patience 10) or at 8,000 updates, a checkpoint every epoch; a shared BPE of about their joined
+    # dictionary's size (9,709 types from 10,000 merges).
+    "wu2021": ["--preset", "base", "--d_model", "128", "--layers", "4", "--heads", "4", "--ffn_dim", "256",
+               "--dropout", "0.3", "--attention_dropout", "0", "--activation_dropout", "0",
+               "--max_tokens", "8192", "--warmup_steps", "2000", "--learning_rate", "0.005", "--max_steps", "8000",
+               *CPU_HOUR, "--max_train_minutes", "600", "--vocab_size", "10000", "--save_strategy", "epoch",
+               "--eval_strategy", "epoch", "--max_eval_samples", "1000000", "--save_total_limit", "10",
+               "--patience", "10"],
     # The tests: a tiny model, a few steps.
     "smoke": ["--preset", "tiny", "--max_tokens", "512", "--warmup_steps", "4", "--max_steps", "6", "--save_steps", "1",
               "--predict_with_generate", "false"],
@@ -70,10 +83,19 @@ SIZES = {
 # tiny run averages its last 10, as Wu et al. do, and each run chooses its alpha on the full validation set from
 # LENGTH_PENALTIES: its outputs are short at 1.0 (brevity penalty ~0.93 on validation), and past ~1.8 some beams
 # run on to the length limit.
+# wu2021 decodes as their evaluate.sh: the last 10 epoch checkpoints averaged, beam 5, fairseq's length normalisation
+# (log P / |Y| ** alpha, transformers' own), alpha chosen on the validation set (fairseq's default is 1.0).
 LENGTH_PENALTIES = [1.0, 1.25, 1.5, 1.75, 2.0]
-PAPER_AFTER_TRAINING = dict(average_last=5, length_penalty=[0.6])
-AFTER_TRAINING = {"cpu": dict(average_last=20, length_penalty=[1.0]),
-                  "tiny": dict(average_last=10, length_penalty=LENGTH_PENALTIES)}
+PAPER_AFTER_TRAINING = dict(average_last=5, length_penalty=[0.6], num_beams=4, length_penalty_type="gnmt")
+AFTER_TRAINING = {"cpu": dict(PAPER_AFTER_TRAINING, average_last=20, length_penalty=[1.0]),
+                  "tiny": dict(PAPER_AFTER_TRAINING, average_last=10, length_penalty=LENGTH_PENALTIES),
+                  "wu2021": dict(average_last=10, length_penalty=LENGTH_PENALTIES, num_beams=5,
+                                 length_penalty_type="transformers")}
+# How the text is prepared before the tokenizer learns its BPE: "raw", Multi30k as it is (cased, detokenized); "wu2021",
+# as Wu et al.'s files are (the WMT16 multimodal task's preparation): lowercased, punctuation normalised and
+# Moses-tokenized with Moses' escapes (`&apos;`), BLEU then computed on that text as fairseq computes it.
+PREPARATIONS = ("raw", "wu2021")
+SPLITS = ("train", "val", "test_2016_flickr")
 
 
 def flag_value(flags: list[str], name: str, type=str):
@@ -90,9 +112,30 @@ def read_lines(path: Path, limit: int | None = None) -> list[str]:
     return lines[:limit] if limit else lines
 
 
+def prepare_like_wu2021(lines: list[str], lang: str) -> list[str]:
+    """`lines` as Wu et al.'s files hold them: lowercased, then punctuation normalised and Moses-tokenized (sacremoses,
+    the Moses scripts' port), Moses' escapes kept, no aggressive hyphen splitting. Lowercasing first is what their files
+    show: in the other order a few sentence-final periods stay attached ("bart.")."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(normalizer.normalize(line.lower()), escape=True, return_str=True) for line in lines]
+
+
+def prepared_data(data: Path, out: Path, limit: int | None) -> Path:
+    """The folder `out`, made to hold every split of the Multi30k folder `data` (its first `limit` lines) prepared
+    as Wu et al. prepared theirs, in the same layout."""
+    out.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        for lang in ("en", "de"):
+            lines = prepare_like_wu2021(read_lines(data / f"{split}.{lang}.gz", limit), lang)
+            with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as file:
+                file.write("".join(line + "\n" for line in lines))
+    return out
+
+
 def train_run(args, data: Path, limit: int | None):
-    files = {f"{split}.{lang}": data / f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr")
-             for lang in ("en", "de")}
+    files = {f"{split}.{lang}": data / f"{split}.{lang}.gz" for split in SPLITS for lang in ("en", "de")}
     if limit:  # smoke: a slice of the corpus, written next to the run
         sliced = args.output_dir / "data"
         sliced.mkdir(parents=True, exist_ok=True)
@@ -117,40 +160,50 @@ def evaluate(model_dir: Path, sources: list[str], references: list[str], num_bea
     scores = score_translations(hypotheses, references, moses_lang="de")
     return dict(**{key: scores[key] for key in ("bleu", "chrf", "bleu_bp", "bleu_lc_moses", "bleu_signature",
                                                  "chrf_signature", "bleu_lc_moses_signature")},
-                hypotheses=hypotheses)
+                bleu_tokenized=tokenized_bleu(hypotheses, references), hypotheses=hypotheses)
+
+
+def tokenized_bleu(hypotheses: list[str], references: list[str]) -> float:
+    """BLEU on the text as it is, split at spaces: fairseq-generate's BLEU4, which Wu et al. report on their
+    tokenized, lowercased text (sacreBLEU's formula with its tokenizer off; no n-gram order is empty on a test set)."""
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True).score
 
 
 def validation_bleu_from_checkpoints(run_dir: Path, sources: list[str], references: list[str], every: int,
-                                     **generate_kwargs):
+                                     num_beams: int = 4, **generate_kwargs):
     """[(step, BLEU)] of the saved checkpoints every `every` steps on the validation sentences, beam 4 (section
-    6.1), recomputed after training: the curve of a run whose validation during training is not to be trusted."""
+    6.1) unless `num_beams` says otherwise, recomputed after training: the curve of a run whose validation during
+    training is not to be trusted."""
     last_step = int(find_checkpoints(run_dir, 1)[0].name.split("-")[1])
     curve = []
     for step in range(every, last_step + 1, every):
         checkpoint = run_dir / f"checkpoint-{step}"
         if checkpoint.is_dir():
-            curve.append((step, evaluate(checkpoint, sources, references, num_beams=4, **generate_kwargs)["bleu"]))
+            curve.append((step, evaluate(checkpoint, sources, references, num_beams, **generate_kwargs)["bleu"]))
             print(f"validation BLEU at step {step}: {curve[-1][1]:.2f}", flush=True)
     return curve
 
 
 def choose_length_penalty(model_dir: Path, sources: list[str], references: list[str], candidates: list[float],
-                          **generate_kwargs) -> tuple[float, list[dict]]:
-    """The length penalty alpha among `candidates` whose beam-4 translations of the validation sentences score the
+                          num_beams: int = 4, **generate_kwargs) -> tuple[float, list[dict]]:
+    """The length penalty alpha among `candidates` whose beam-search translations (beam 4 by default) of the validation sentences score the
     highest BLEU (the first of equals), and every candidate's scores: alpha "chosen after experimentation on the
     development set" (section 6.1), per run."""
     trials = []
     for alpha in candidates:
-        result = evaluate(model_dir, sources, references, num_beams=4, length_penalty=alpha, **generate_kwargs)
+        result = evaluate(model_dir, sources, references, num_beams, length_penalty=alpha, **generate_kwargs)
         trials.append(dict(length_penalty=alpha, **{key: result[key] for key in ("bleu", "bleu_bp", "chrf",
                                                                                  "bleu_lc_moses")}))
-        print(f"validation, beam 4, length penalty {alpha:g}: BLEU {result['bleu']:.2f}, "
+        print(f"validation, beam {num_beams}, length penalty {alpha:g}: BLEU {result['bleu']:.2f}, "
               f"brevity penalty {result['bleu_bp']:.3f}", flush=True)
     best = max(trials, key=lambda trial: trial["bleu"])
     return best["length_penalty"], trials
 
 
-def plot_training(run_dir: Path, out: Path, validation_bleu: list[tuple[int, float]] | None = None):
+def plot_training(run_dir: Path, out: Path, validation_bleu: list[tuple[int, float]] | None = None,
+                  num_beams: int = 4):
     """Training and validation loss, learning rate and validation BLEU against steps, from trainer_state.json (the
     BLEU curve from `validation_bleu` instead, when given)."""
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
@@ -172,13 +225,15 @@ def plot_training(run_dir: Path, out: Path, validation_bleu: list[tuple[int, flo
     else:
         axes[2].text(0.5, 0.5, "no validation during this run", ha="center", va="center", transform=axes[2].transAxes)
     rescored = ",\nrecomputed from the checkpoints" if validation_bleu is not None else ""
-    axes[2].set(title=f"validation BLEU (200 sentences, beam 4{rescored})", xlabel="step")
+    axes[2].set(title=f"validation BLEU (200 sentences, beam {num_beams}{rescored})", xlabel="step")
     figure.savefig(out, dpi=120)
     plt.close(figure)
 
 
 def run(args, limit: int | None):
     """Train (unless --skip-training), average, evaluate, plot and write the card of one run, in args.output_dir."""
+    if args.preparation == "wu2021":  # from here on, the prepared text stands for the corpus
+        args.data_dir = prepared_data(args.data_dir, args.output_dir / "prepared", limit)
     if not args.skip_training:
         train_run(args, args.data_dir, limit)
 
@@ -186,15 +241,18 @@ def run(args, limit: int | None):
     checkpoints = find_checkpoints(run_dir, args.average_last)
     average_checkpoints(checkpoints, averaged, force=True)  # the run's own averaged model, made anew
     smoke_lengths = dict(max_new_tokens=12) if args.size == "smoke" else {}
+    smoke_lengths["length_penalty_type"] = args.length_penalty_type  # with the smoke lengths: every beam search's
     (length_penalty, *others), trials = args.length_penalty, []
     if others:  # several candidates: the best on the whole validation set
         length_penalty, trials = choose_length_penalty(
             averaged, read_lines(args.data_dir / "val.en.gz", limit), read_lines(args.data_dir / "val.de.gz", limit),
-            args.length_penalty, **smoke_lengths)
+            args.length_penalty, args.num_beams, **smoke_lengths)
         (run_dir / "length_penalty.json").write_text(json.dumps(dict(chosen=length_penalty, validation=trials),
                                                                 indent=2) + "\n")
     generation_config = GenerationConfig.from_pretrained(averaged)
-    generation_config.length_penalty = length_penalty  # what the card reports and pipeline() then uses
+    # What the card reports and pipeline() then uses.
+    generation_config.update(length_penalty=length_penalty, num_beams=args.num_beams,
+                             length_penalty_type=args.length_penalty_type)
     generation_config.save_pretrained(averaged)
     sources = read_lines(args.data_dir / "test_2016_flickr.en.gz", limit)
     references = read_lines(args.data_dir / "test_2016_flickr.de.gz", limit)
@@ -203,22 +261,28 @@ def run(args, limit: int | None):
     averaged_name = f"average of the last {args.average_last} checkpoints (steps {steps[0]}-{steps[-1]})"
     for name, model_dir in ((averaged_name, averaged),
                             (f"last checkpoint (step {steps[-1]})", checkpoints[-1])):
-        for decoding, num_beams in ((f"beam 4, length penalty {length_penalty:g}", 4), ("greedy", 1)):
+        for decoding, num_beams in ((f"beam {args.num_beams}, length penalty {length_penalty:g}", args.num_beams),
+                                    ("greedy", 1)):
             beam_kwargs = dict(length_penalty=length_penalty) if num_beams > 1 else {}
             result = evaluate(model_dir, sources, references, num_beams, **beam_kwargs, **smoke_lengths)
             rows.append(dict(model=name, decoding=decoding, **result))
             print(f"{name}, {decoding}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
-                  f"BLEU (lowercased, Moses-tokenized) {result['bleu_lc_moses']:.2f}", flush=True)
+                  f"BLEU (lowercased, Moses-tokenized) {result['bleu_lc_moses']:.2f}, "
+                  f"BLEU on the text as it is {result['bleu_tokenized']:.2f}", flush=True)
     best = rows[0]  # the averaged model with beam search: the one to share
     (run_dir / "results.json").write_text(json.dumps([{k: v for k, v in row.items() if k != "hypotheses"}
                                                       for row in rows], indent=2) + "\n")
-    table = ["| model | decoding | BLEU | chrF | BLEU (lowercased, Moses-tokenized) |",
-             "| --- | --- | --- | --- | --- |"]
+    # On prepared text (already lowercased and tokenized), the BLEU Wu et al. report: fairseq's, on the text as it is.
+    prepared = args.preparation == "wu2021"
+    table = ["| model | decoding | BLEU | chrF | BLEU (lowercased, Moses-tokenized) |"
+             + (" BLEU (the tokenized text as it is, fairseq's) |" if prepared else ""),
+             "| --- | --- | --- | --- | --- |" + (" --- |" if prepared else "")]
     table += [f"| {row['model']} | {row['decoding']} | {row['bleu']:.2f} | {row['chrf']:.2f} | "
-              f"{row['bleu_lc_moses']:.2f} |" for row in rows]
+              f"{row['bleu_lc_moses']:.2f} |" + (f" {row['bleu_tokenized']:.2f} |" if prepared else "")
+              for row in rows]
     if trials:
         table += ["", f"The length penalty {length_penalty:g}, chosen on the validation set (the averaged model, "
-                  "beam 4):", "", "| length penalty | BLEU | brevity penalty |", "| --- | --- | --- |"]
+                  f"beam {args.num_beams}):", "", "| length penalty | BLEU | brevity penalty |", "| --- | --- | --- |"]
         table += [f"| {trial['length_penalty']:g} | {trial['bleu']:.2f} | {trial['bleu_bp']:.3f} |" for trial in trials]
     (run_dir / "results.md").write_text("\n".join(table) + f"\n\nSignatures: BLEU `{best['bleu_signature']}`, "
                                         f"chrF `{best['chrf_signature']}`, lowercased Moses-tokenized BLEU "
@@ -226,15 +290,16 @@ def run(args, limit: int | None):
 
     validation_bleu = None
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
-    if args.rescore_validation or not any("eval_bleu" in entry for entry in history):
+    by_steps = flag_value(args.train_flags, "--save_strategy") in (None, "steps")  # epoch checkpoints: no curve
+    if by_steps and (args.rescore_validation or not any("eval_bleu" in entry for entry in history)):
         validation_bleu = validation_bleu_from_checkpoints(
             run_dir, read_lines(args.data_dir / "val.en.gz", limit or 200),
-            read_lines(args.data_dir / "val.de.gz", limit or 200), args.eval_steps,
+            read_lines(args.data_dir / "val.de.gz", limit or 200), args.eval_steps, args.num_beams,
             length_penalty=length_penalty, **smoke_lengths)
         (run_dir / "validation_bleu.json").write_text(json.dumps(validation_bleu) + "\n")
     plots = run_dir / "plots"
     plots.mkdir(exist_ok=True)
-    plot_training(run_dir, plots / "training.png", validation_bleu)
+    plot_training(run_dir, plots / "training.png", validation_bleu, args.num_beams)
     model = AutoModelForSeq2SeqLM.from_pretrained(averaged)
     weights = attention_weights(model, AutoTokenizer.from_pretrained(averaged), sources[0], best["hypotheses"][0])
     attention_kinds = {"encoder": "encoder self-attention", "decoder": "decoder (masked) self-attention",
@@ -253,7 +318,8 @@ def run(args, limit: int | None):
         samples=[dict(source=s, reference=r, hypothesis=h)
                  for s, r, h in list(zip(sources, references, best["hypotheses"]))[:5]],
         training_data=f"the {len(read_lines(args.data_dir / 'train.en.gz', limit)):,} Multi30k task-1 training "
-                      "pairs (Flickr30k image descriptions, English -> German)",
+                      "pairs (Flickr30k image descriptions, English -> German)"
+                      + (", lowercased and Moses-tokenized as Wu et al. (2021) prepared them" if prepared else ""),
         training={"max_tokens": flag_value(args.train_flags, "--max_tokens", int),
                   "bpe_dropout": flag_value(args.train_flags, "--bpe_dropout", float),
                   "bpe_dropout_target": flag_value(args.train_flags, "--bpe_dropout_target", string_to_bool) is not False},
@@ -311,6 +377,10 @@ def main(argv=None):
                         help="Beam search's length penalty alpha, saved in the averaged model's generation config; "
                              "several: the one whose beam-4 translations of the validation set score the highest "
                              "BLEU, each one's scores in length_penalty.json (default: see AFTER_TRAINING).")
+    parser.add_argument("--num-beams", type=int, help="Beam size (default: see AFTER_TRAINING).")
+    parser.add_argument("--preparation", choices=PREPARATIONS,
+                        help="raw: Multi30k as it is; wu2021: lowercased and Moses-tokenized as Wu et al.'s files, "
+                             "written to OUTPUT_DIR/prepared (default: wu2021 for --size wu2021, else raw).")
     parser.add_argument("--skip-training", action="store_true", help="Only average, evaluate, plot and write the card.")
     parser.add_argument("--rescore-validation", action="store_true",
                         help="Recompute the validation BLEU curve from the checkpoints every --eval-steps steps "
@@ -318,7 +388,8 @@ def main(argv=None):
     args, overrides = parser.parse_known_args(argv)
     args.train_flags = [*SIZES[args.size], *overrides]  # the later of two values wins
     for name, value in AFTER_TRAINING.get(args.size, PAPER_AFTER_TRAINING).items():
-        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
+        setattr(args, name, value if getattr(args, name, None) is None else getattr(args, name))
+    args.preparation = args.preparation or ("wu2021" if args.size == "wu2021" else "raw")
     limit = 40 if args.size == "smoke" else None
     if args.size == "smoke":
         args.eval_steps = 3

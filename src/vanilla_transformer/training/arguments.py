@@ -105,6 +105,10 @@ class RecipeArguments:
         default=None, metadata={"help": "Stop training (with a checkpoint) at the first step that ends after this "
                                        "many minutes, even if --max_steps is not reached."}
     )
+    patience: int | None = field(
+        default=None, metadata={"help": "Stop training after N validations in a row without a lower validation loss "
+                                        "(fairseq's --patience; the last weights stay the run's). Needs validation."}
+    )
     average_last: int = field(
         default=0, metadata={"help": "Save the average of the weights of the run's last N checkpoints as the model "
                                      "(section 6.1), and test it; 0 saves the last weights."}

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from transformers import TrainerCallback
+from transformers import EarlyStoppingCallback, TrainerCallback
 
 from ..errors import Preempted
 
@@ -80,6 +80,20 @@ class TrainingTimeBudget(TrainerCallback):
         return control
 
 
+class Patience(EarlyStoppingCallback):
+    """fairseq's `--patience N` as transformers' early stopping: training stops after N validations in a row without
+    a lower validation loss (`metric_for_best_model` "loss"; Wu et al. (2021) stop their Multi30k runs after 10
+    epochs). The run keeps its last weights, as fairseq's does, for the average of its last checkpoints (section 6.1)
+    to be the model: transformers' `load_best_model_at_end` is not asked for. The count is saved with each checkpoint
+    and restored when the run resumes."""
+
+    def __init__(self, patience: int):
+        super().__init__(early_stopping_patience=patience)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        pass  # transformers' own warns that the best weights will not be loaded at the end: here that is the point
+
+
 class TrainingProgress(TrainerCallback):
     """How far a run went, for a stop that does not wait for the Trainer (Ctrl-C) to say where it stopped: whether
     training `began`, its last optimizer step done (`step`; None until one is), and whether the trained model was
@@ -139,4 +153,4 @@ class SaveOnSignal(TrainerCallback):
         self.training = False
 
 
-__all__ = ["SaveOnSignal", "TrainingClock", "TrainingProgress", "TrainingTimeBudget"]
+__all__ = ["Patience", "SaveOnSignal", "TrainingClock", "TrainingProgress", "TrainingTimeBudget"]

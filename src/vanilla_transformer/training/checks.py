@@ -39,6 +39,10 @@ def check_arguments(arguments) -> None:
         raise UserError(f"--lr-scale must be positive, got {recipe_args.lr_scale}")
     if unknown := [name for name in recipe_args.cpu_speedups if name not in (*CPU_SPEEDUPS, "none")]:
         raise UserError(f"--cpu-speedups: unknown {unknown[0]!r}; choose from {', '.join(CPU_SPEEDUPS)}, or none")
+    if recipe_args.patience is not None and (recipe_args.patience < 1 or training_args.eval_strategy == "no"):
+        raise UserError(f"--patience counts validations without a better loss: it needs a positive number and "
+                        f"validation (--eval-strategy steps or epoch), got {recipe_args.patience} and "
+                        f"--eval-strategy {training_args.eval_strategy.value}")
     if training_args.eval_strategy != "no" and not profile.has_validation(data_args):
         raise UserError(
             f"--eval-strategy {training_args.eval_strategy.value} needs validation data: --validation-source-file and "

@@ -34,7 +34,7 @@ from .report import (
 from .resume import check_resumed_model, how_to_continue, resolve_resume, resume_checkpoint, unfinished_run
 from .run_lock import FolderInUseError, run_lock
 from .run_record import record_arguments, record_training_time
-from .callbacks import SaveOnSignal, TrainingClock, TrainingProgress, TrainingTimeBudget
+from .callbacks import Patience, SaveOnSignal, TrainingClock, TrainingProgress, TrainingTimeBudget
 from .trainer import paper_learning_rate
 
 
@@ -155,7 +155,10 @@ def check_and_load(arguments: RunArguments):
     check_arguments(arguments)
     splits = load_data(data_args, profile, training_args.seed)
     with user_errors(ValueError):
-        callbacks = [TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else None
+        callbacks = [TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else []
+    if recipe_args.patience is not None:  # the validation loss decides, lower being better
+        training_args.metric_for_best_model, training_args.greater_is_better = "loss", False
+        callbacks.append(Patience(recipe_args.patience))
     # Checked now rather than at the first log, or at the model card written after training.
     if "tensorboard" in training_args.report_to:
         require("tensorboard", extra="train")
