@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
@@ -561,3 +562,27 @@ def test_a_full_disk_stops_translate_in_one_line_and_keeps_the_old_output(saved_
                         r"left on its device \([\d,.]+ [MG]iB free\)\n", err), err
     assert output.read_text() == "the old translations\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["input.txt", "model", "out.txt"]  # no temporary file
+
+
+def test_a_full_disk_during_export_says_about_what_the_export_writes(saved_model, tmp_path, capsys, monkeypatch):
+    from vanilla_transformer.cli import export
+
+    out = tmp_path / "ct2"
+    main(["export-ct2", "--model", str(saved_model), "--out", str(out), "--max-positions", "512"])
+    capsys.readouterr()
+    written = sum(path.stat().st_size for path in out.iterdir())
+    # The same export on a disk that refuses it: the space it says the export needs is about what it wrote.
+    import errno
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("vanilla_transformer.backends.ctranslate2.export.export_ctranslate2", full_disk)
+    monkeypatch.setattr("vanilla_transformer.disk.free_space", lambda folder: 2**20)
+    err = run_main(["export-ct2", "--model", str(saved_model), "--out", str(tmp_path / "full"), "--max-positions",
+                    "512"], capsys)
+    needed = float(re.search(r"\(1\.0 MiB free, ([\d.]+) MiB needed\)", err).group(1)) * 2**20
+    assert 0.8 * written <= needed <= 1.2 * written, (needed, written)
+    estimate = export._size_written(SimpleNamespace(model=str(saved_model), max_positions=512), "ONNX")
+    assert estimate == 3 * export._size_written(SimpleNamespace(model=str(saved_model), max_positions=512),
+                                                "CTranslate2")

@@ -2,6 +2,7 @@
 backend of `translate` and `evaluate` runs."""
 
 import argparse
+from pathlib import Path
 
 from ..backends import ctranslate2, onnx
 from ..disk import folder_size, write_errors
@@ -40,10 +41,25 @@ def _export_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpa
     return args
 
 
+# How many copies of the weights and the stored position table an export writes: CTranslate2 one model.bin; ONNX
+# three graphs (encoder, decoder, decoder with past), each with its weights and positions.
+COPIES_WRITTEN = {"CTranslate2": 1, "ONNX": 3}
+
+
+def _size_written(args: argparse.Namespace, kind: str) -> int:
+    """About the bytes the export writes: its copies of the weights (float32, as saved) and of the position table of
+    --max-positions rows, which a tiny model's weights are far smaller than."""
+    import json
+
+    d_model = json.loads((Path(args.model) / "config.json").read_text(encoding="utf-8")).get("d_model", 0)
+    table = args.max_positions * d_model * 4 if isinstance(d_model, int) else 0
+    return COPIES_WRITTEN[kind] * (folder_size(args.model, "model.safetensors") + table)
+
+
 def _write(export, args: argparse.Namespace, quantization: str | None, kind: str) -> None:
     """`export(model, out, quantization, max_positions, force=...)` on the parsed flags, and the line that says so."""
     # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
-    with user_errors(ValueError, OSError), write_errors(args.out, folder_size(args.model, "model.safetensors")):
+    with user_errors(ValueError, OSError), write_errors(args.out, _size_written(args, kind)):
         export(args.model, args.out, quantization, args.max_positions, force=args.force)
     print(f"{kind} model written to {args.out}")
 
