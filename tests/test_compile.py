@@ -5,7 +5,7 @@ in greedy and beam search, call after call, with one compiled graph per shape.""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config_for
+from conftest import make_tiny_config, tiny_config_for
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from transformers import DataCollatorForSeq2Seq
@@ -73,6 +73,33 @@ def test_generate_with_compiled_steps_gives_eagers_tokens_call_after_call(tiny_m
         assert torch.equal(compiled_tokens, eager_tokens)
     assert counters["stats"]["unique_graphs"] == 2  # sources of 9 and 11 tokens share the 16-token graph
     assert "forward" not in vars(tiny_model)  # the eager forward is back
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_the_static_cache_holds_keys_and_values_of_their_own_sizes(num_beams):
+    """Table 3 row (B)'s shape (d_k 4 < d_v 8): a static cache sizes its keys and values apart, from the first
+    step's, and decodes as the dynamic cache does."""
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(make_tiny_config(d_k=4)).eval()
+    source = torch.randint(4, 128, (3, 9), generator=torch.Generator().manual_seed(3))
+    forced = dict(num_beams=num_beams, min_new_tokens=10, max_new_tokens=10)
+    dynamic = model.generate(input_ids=source, **forced)
+    static = model.generate(input_ids=source, **forced, **GENERATE_KWARGS, return_dict_in_generate=True)
+    assert torch.equal(static.sequences, dynamic)
+    self_attention = static.cache.self_attention_cache.layers[0]
+    assert (self_attention.keys.shape[-1], self_attention.values.shape[-1]) == (4, 8)
+
+
+@pytest.mark.slow
+def test_compiled_steps_of_a_model_with_keys_smaller_than_values_give_eagers_tokens():
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(make_tiny_config(d_k=4, d_v=12)).eval()
+    source = torch.randint(4, 128, (3, 9), generator=torch.Generator().manual_seed(3))
+    forced = dict(num_beams=4, min_new_tokens=10, max_new_tokens=10)
+    eager = model.generate(input_ids=source, **forced)
+    with torch.inference_mode(), compiled_decoding(model, mode="default"):
+        compiled = model.generate(**bucketed(source), **forced, **GENERATE_KWARGS)
+    assert torch.equal(compiled, eager)
 
 
 def test_the_default_mode_uses_cuda_graphs_on_a_gpu_only():

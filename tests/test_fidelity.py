@@ -97,18 +97,20 @@ def hand_linear(x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
     return output if linear.bias is None else output + linear.bias
 
 
-def hand_multi_head_attention(queries, keys_values, attn, num_heads, key_mask=None, causal=False):
-    """Section 3.2.1-3.2.2: Concat_i softmax(Q_i K_i^T / sqrt(d_k)) V_i, then W^O; illegal connections are -inf."""
+def hand_multi_head_attention(queries, keys_values, attn, num_heads, key_mask=None, causal=False, d_k=None, d_v=None):
+    """Section 3.2.1-3.2.2: Concat_i softmax(Q_i K_i^T / sqrt(d_k)) V_i, then W^O; illegal connections are -inf.
+    Queries and keys have d_k, values d_v dimensions per head (d_model / h when not given)."""
     batch, len_q, d_model = queries.shape
     len_k = keys_values.shape[1]
-    d_k = d_model // num_heads
+    d_k = d_k or d_model // num_heads
+    d_v = d_v or d_model // num_heads
 
-    def split(x, length):
-        return x.view(batch, length, num_heads, d_k).transpose(1, 2)
+    def split(x, length, size):
+        return x.view(batch, length, num_heads, size).transpose(1, 2)
 
-    q = split(hand_linear(queries, attn.q_proj), len_q)
-    k = split(hand_linear(keys_values, attn.k_proj), len_k)
-    v = split(hand_linear(keys_values, attn.v_proj), len_k)
+    q = split(hand_linear(queries, attn.q_proj), len_q, d_k)
+    k = split(hand_linear(keys_values, attn.k_proj), len_k, d_k)
+    v = split(hand_linear(keys_values, attn.v_proj), len_k, d_v)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d_k)
     if key_mask is not None:
         scores = scores.masked_fill(~key_mask.bool()[:, None, None, :], float("-inf"))
@@ -116,7 +118,7 @@ def hand_multi_head_attention(queries, keys_values, attn, num_heads, key_mask=No
         illegal = torch.ones(len_q, len_k, dtype=torch.bool).triu(1)
         scores = scores.masked_fill(illegal, float("-inf"))
     heads = torch.softmax(scores, dim=-1) @ v
-    concat = heads.transpose(1, 2).reshape(batch, len_q, d_model)
+    concat = heads.transpose(1, 2).reshape(batch, len_q, num_heads * d_v)
     return hand_linear(concat, attn.out_proj)
 
 
@@ -126,15 +128,27 @@ def hand_ffn(x: torch.Tensor, layer) -> torch.Tensor:
 
 
 def closed_form_parameter_count(config: VanillaTransformerConfig) -> int:
-    """One shared V x d embedding; encoder layer = 4 projections + FFN + 2 LayerNorms; decoder = 8 + FFN + 3 LNs.
-    A projection is W (d x d), with a bias b only when `attention_bias` (section 3.2.2 has none)."""
-    d, f = config.d_model, config.encoder_ffn_dim
-    projection = d * d + (d if config.attention_bias else 0)
-    ffn_params = (d * f + f) + (f * d + d)
+    """One shared V x d embedding. An attention: W^Q and W^K (d x h d_k), W^V (d x h d_v), W^O (h d_v x d), with biases
+    only when `attention_bias` (section 3.2.2 has none); d_k = d_v = d / h unless the config sets them. Encoder
+    layer = 1 attention + FFN + 2 LayerNorms; decoder layer = 2 attentions + FFN + 3 LayerNorms. Learned positions
+    (row E) add a max_position_embeddings x d table to each stack."""
+    d, bias = config.d_model, int(config.attention_bias)
+
+    def attention(heads):
+        d_k = d // heads if config.d_k is None else config.d_k
+        d_v = d // heads if config.d_v is None else config.d_v
+        query_and_key = 2 * (d * heads * d_k + bias * heads * d_k)
+        return query_and_key + (d * heads * d_v + bias * heads * d_v) + (heads * d_v * d + bias * d)
+
+    def ffn(f):
+        return (d * f + f) + (f * d + d)
+
     layer_norm = 2 * d
-    encoder_layer = 4 * projection + ffn_params + 2 * layer_norm
-    decoder_layer = 8 * projection + ffn_params + 3 * layer_norm
-    return config.vocab_size * d + config.encoder_layers * encoder_layer + config.decoder_layers * decoder_layer
+    encoder_layer = attention(config.encoder_attention_heads) + ffn(config.encoder_ffn_dim) + 2 * layer_norm
+    decoder_layer = 2 * attention(config.decoder_attention_heads) + ffn(config.decoder_ffn_dim) + 3 * layer_norm
+    positions = 2 * config.max_position_embeddings * d if config.position_embedding_type == "learned" else 0
+    layers = config.encoder_layers * encoder_layer + config.decoder_layers * decoder_layer
+    return config.vocab_size * d + positions + layers
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -336,6 +350,79 @@ def test_parameter_count_matches_closed_form(preset, attention_bias, expected):
     assert count_parameters(model) == expected
 
 
+def table_3_config(N=None, h=None, d_ff=None, **fields) -> VanillaTransformerConfig:
+    """The base model (37,000-token vocabulary) with a row of Table 3's changes, in the paper's symbols."""
+    if N is not None:
+        fields.update(encoder_layers=N, decoder_layers=N)
+    if h is not None:
+        fields.update(encoder_attention_heads=h, decoder_attention_heads=h)
+    if d_ff is not None:
+        fields.update(encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff)
+    return VanillaTransformerConfig.from_preset("base", **fields)
+
+
+# Table 3 row by row: the row's changes to base, our count (37,000-token vocabulary, bias-free attention) and the
+# paper's, in millions. The paper leaves the count blank in rows (A), (D) and (E): base's 65M. Rows (D)'s label
+# smoothing values change training only; row (E)'s learned tables are 1024 positions long (the paper gives no length).
+TABLE_3 = {
+    "base": ({}, 63_045_632, 65),
+    "(A) h=1": (dict(h=1, d_k=512, d_v=512), 63_045_632, 65),
+    "(A) h=4": (dict(h=4, d_k=128, d_v=128), 63_045_632, 65),
+    "(A) h=16": (dict(h=16, d_k=32, d_v=32), 63_045_632, 65),
+    "(A) h=32": (dict(h=32, d_k=16, d_v=16), 63_045_632, 65),
+    "(B) d_k=16": (dict(d_k=16), 55_967_744, 58),
+    "(B) d_k=32": (dict(d_k=32), 58_327_040, 60),
+    "(C) N=2": (dict(N=2), 33_644_544, 36),
+    "(C) N=4": (dict(N=4), 48_345_088, 50),
+    "(C) N=8": (dict(N=8), 77_746_176, 80),
+    "(C) d_model=256": (dict(d_model=256, d_k=32, d_v=32), 26_816_512, 28),
+    "(C) d_model=1024": (dict(d_model=1024, d_k=128, d_v=128), 163_815_424, 168),
+    "(C) d_ff=1024": (dict(d_ff=1024), 50_450_432, 53),
+    "(C) d_ff=4096": (dict(d_ff=4096), 88_236_032, 90),
+    "(D) P_drop=0.0": (dict(dropout=0.0), 63_045_632, 65),
+    "(D) P_drop=0.2": (dict(dropout=0.2), 63_045_632, 65),
+    "(E) learned positions": (dict(position_embedding_type="learned"), 64_094_208, 65),
+    "big": (dict(d_model=1024, d_ff=4096, h=16, dropout=0.3), 214_171_648, 213),
+}
+
+
+@pytest.mark.parametrize("row", TABLE_3)
+def test_table_3_parameter_counts(row):
+    """Every row of Table 3 built and counted (on the meta device) as the closed form says. Our counts sit ~2M under
+    the paper's at d_model 512 (docs/table-3.md), so each row is compared by its difference from base: within
+    2.5M of the paper's difference, except big, whose difference is 3.1M more than the paper's and whose own count
+    is 1.2M more (214.2M against 213M)."""
+    changes, ours, paper_millions = TABLE_3[row]
+    config = table_3_config(**changes)
+    assert closed_form_parameter_count(config) == ours
+    with torch.device("meta"):
+        model = VanillaTransformerForConditionalGeneration(config)
+    assert count_parameters(model) == ours
+    attention = model.model.encoder.layers[0].self_attn
+    heads, d_k, d_v = config.encoder_attention_heads, *config.head_sizes(config.encoder_attention_heads)
+    assert (attention.q_proj.out_features, attention.k_proj.out_features) == (heads * d_k, heads * d_k)
+    assert (attention.v_proj.out_features, attention.out_proj.in_features) == (heads * d_v, heads * d_v)
+    if row == "big":
+        assert abs(ours - paper_millions * 1e6) < 1.2e6
+    else:
+        base_ours, base_paper = TABLE_3["base"][1:]
+        assert abs((ours - base_ours) - (paper_millions - base_paper) * 1e6) <= 2.5e6
+
+
+def test_table_3_row_b_shrinks_queries_and_keys_only():
+    """Row (B): d_k 16 or 32 with d_v = 64 and h = 8 takes h (64 - d_k) x d_model from W^Q and from W^K of each of the
+    18 attentions (6 encoder self-attentions, 6 + 6 in the decoder), and scales the logits by 1/sqrt(d_k)."""
+    base = table_3_config()
+    for d_k in (16, 32):
+        config = table_3_config(d_k=d_k)
+        assert config.head_sizes(8) == (d_k, 64)
+        removed = closed_form_parameter_count(base) - closed_form_parameter_count(config)
+        assert removed == 18 * 2 * 8 * (64 - d_k) * 512
+        with torch.device("meta"):
+            attention = VanillaTransformerForConditionalGeneration(config).model.decoder.layers[0].encoder_attn
+        assert attention.scaling == pytest.approx(d_k**-0.5)
+
+
 def test_presets_follow_table_3():
     """base: N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big: d_model 1024, d_ff 4096, h 16, P_drop 0.3."""
     expected = {"base": (512, 6, 8, 2048, 0.1), "big": (1024, 6, 16, 4096, 0.3)}
@@ -425,17 +512,25 @@ def test_layer_zero_input_is_scaled_embedding_plus_positions():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+# Head sizes per attention: d_k = d_v = d_model / h (8 here), a row (B) shape (d_k 4 < d_v 8), and both set apart
+# from d_model / h (d_k 4, d_v 12).
+HEAD_SIZES = {"d_model/h": {}, "row-B": dict(d_k=4), "d_k-4-d_v-12": dict(d_k=4, d_v=12)}
+
+
+@pytest.mark.parametrize("head_sizes", HEAD_SIZES)
 @pytest.mark.parametrize("attn_implementation", ATTN_IMPLEMENTATIONS)
-def test_encoder_layer_is_post_layer_norm_by_hand(attn_implementation):
+def test_encoder_layer_is_post_layer_norm_by_hand(attn_implementation, head_sizes):
     """One encoder layer = LayerNorm(y + FFN(y)) with y = LayerNorm(x + SelfAttn(x)); no final stack norm (3.1)."""
-    config = make_tiny_config(encoder_layers=1, decoder_layers=1)
+    sizes = HEAD_SIZES[head_sizes]
+    config = make_tiny_config(encoder_layers=1, decoder_layers=1, **sizes)
     model = build_model(config, attn_implementation)
     layer = model.model.encoder.layers[0]
+    heads = config.encoder_attention_heads
     src, src_mask = padded_batch([8, 5], 8, config.vocab_size, seed=8)
     with torch.no_grad():
         x = embed_like_paper(model, src)
         y = hand_layer_norm(
-            x + hand_multi_head_attention(x, x, layer.self_attn, config.encoder_attention_heads, key_mask=src_mask),
+            x + hand_multi_head_attention(x, x, layer.self_attn, heads, key_mask=src_mask, **sizes),
             layer.self_attn_layer_norm,
         )
         expected = hand_layer_norm(y + hand_ffn(y, layer), layer.final_layer_norm)
@@ -443,10 +538,12 @@ def test_encoder_layer_is_post_layer_norm_by_hand(attn_implementation):
     assert_close_on_real_tokens(ours, expected, src_mask, what="encoder layer")
 
 
+@pytest.mark.parametrize("head_sizes", HEAD_SIZES)
 @pytest.mark.parametrize("attn_implementation", ATTN_IMPLEMENTATIONS)
-def test_decoder_layer_is_post_layer_norm_by_hand(attn_implementation):
+def test_decoder_layer_is_post_layer_norm_by_hand(attn_implementation, head_sizes):
     """One decoder layer: masked self-attention, encoder-decoder attention, FFN, each LayerNorm(x + Sublayer(x))."""
-    config = make_tiny_config(encoder_layers=1, decoder_layers=1)
+    sizes = HEAD_SIZES[head_sizes]
+    config = make_tiny_config(encoder_layers=1, decoder_layers=1, **sizes)
     model = build_model(config, attn_implementation)
     layer = model.model.decoder.layers[0]
     heads = config.decoder_attention_heads
@@ -457,10 +554,11 @@ def test_decoder_layer_is_post_layer_norm_by_hand(attn_implementation):
     with torch.no_grad():
         x = embed_like_paper(model, tgt)
         a = hand_layer_norm(
-            x + hand_multi_head_attention(x, x, layer.self_attn, heads, causal=True), layer.self_attn_layer_norm
+            x + hand_multi_head_attention(x, x, layer.self_attn, heads, causal=True, **sizes),
+            layer.self_attn_layer_norm,
         )
         b = hand_layer_norm(
-            a + hand_multi_head_attention(a, memory, layer.encoder_attn, heads, key_mask=src_mask),
+            a + hand_multi_head_attention(a, memory, layer.encoder_attn, heads, key_mask=src_mask, **sizes),
             layer.encoder_attn_layer_norm,
         )
         expected = hand_layer_norm(b + hand_ffn(b, layer), layer.final_layer_norm)

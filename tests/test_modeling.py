@@ -127,7 +127,14 @@ def test_cross_attention_keys_and_values_are_projected_once(tiny_config, batch):
     assert len(calls) == tiny_config.decoder_layers
 
 
-def test_eager_and_sdpa_agree(tiny_config, batch):
+# Head sizes of the tiny model (d_model 32, h 4): d_model / h = 8 for all; Table 3 row (B)'s shape, queries and keys
+# smaller than the values (d_k 4, d_v 8, as 16 or 32 against 64); and both set apart from d_model / h.
+HEAD_SIZES = {"d_model/h": {}, "row-B": dict(d_k=4), "d_k-4-d_v-12": dict(d_k=4, d_v=12)}
+
+
+@pytest.mark.parametrize("head_sizes", HEAD_SIZES)
+def test_eager_and_sdpa_agree(batch, head_sizes):
+    tiny_config = make_tiny_config(**HEAD_SIZES[head_sizes])
     eager = build(tiny_config, "eager")
     sdpa = build(tiny_config, "sdpa")
     with torch.no_grad():
@@ -219,6 +226,73 @@ def test_generate_greedy_and_beam(tiny_model, batch):
         )
         assert generated.shape[0] == 2 and generated.shape[1] <= 7
         assert (generated[:, 0] == tiny_model.config.decoder_start_token_id).all()
+
+
+# --- Table 3 row (B): queries and keys of d_k, values of d_v dimensions per head ----------------------------------
+
+
+@pytest.mark.parametrize("head_sizes", ["row-B", "d_k-4-d_v-12"])
+def test_a_model_with_its_own_head_sizes_trains_saves_reloads_and_generates(batch, tmp_path, head_sizes):
+    sizes = HEAD_SIZES[head_sizes]
+    config = make_tiny_config(**sizes)
+    heads, (d_k, d_v) = config.decoder_attention_heads, config.head_sizes(config.decoder_attention_heads)
+    assert d_k == 4 and d_v == sizes.get("d_v", 8)
+    model = build(config).train()
+    attention = model.model.decoder.layers[0].encoder_attn
+    assert (attention.q_proj.out_features, attention.k_proj.out_features) == (heads * d_k, heads * d_k)
+    assert (attention.v_proj.out_features, attention.out_proj.in_features) == (heads * d_v, heads * d_v)
+
+    labels = batch["decoder_input_ids"].masked_fill(batch["decoder_attention_mask"] == 0, -100)
+    source = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(5):
+        loss = model(**source, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+    model.eval().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert (saved["d_k"], saved["d_v"]) == (sizes.get("d_k"), sizes.get("d_v"))
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=0, rtol=0)
+
+    # Decoding with the cache (keys of d_k and values of d_v per head) gives the tokens of recomputing every step.
+    for num_beams in [1, 4]:
+        length = dict(num_beams=num_beams, min_new_tokens=8, max_new_tokens=8)
+        cached = loaded.generate(**source, **length)
+        assert torch.equal(loaded.generate(**source, **length, use_cache=False), cached)
+    cache = loaded(**batch, use_cache=True).cache
+    assert cache.self_attention_cache.layers[0].keys.shape == (2, heads, 6, d_k)
+    assert cache.cross_attention_cache.layers[0].values.shape == (2, heads, 7, d_v)
+
+    generated = loaded.generate(
+        **source, num_beams=1, max_new_tokens=3, output_attentions=True, return_dict_in_generate=True
+    )
+    assert generated.cross_attentions[0][0].shape == (2, heads, 1, 7)  # first step, first layer
+    loaded.set_attn_implementation("eager")
+    out = loaded(**batch, output_attentions=True)
+    assert [a.shape for a in out.cross_attentions] == [(2, heads, 6, 7)] * config.decoder_layers
+
+
+def test_flash_attention_refuses_keys_smaller_than_values_naming_both(monkeypatch):
+    """transformers' flash kernels pad values up to the query size, not queries up to the value size."""
+    from transformers import PreTrainedModel
+
+    def installed(self, implementation, *args, **kwargs):  # as if a flash kernel were installed
+        return implementation
+
+    monkeypatch.setattr(PreTrainedModel, "_check_and_adjust_attn_implementation", installed)
+    row_b = VanillaTransformerForConditionalGeneration(make_tiny_config(d_k=4))
+    with pytest.raises(ValueError, match=r"d_k=4, d_v=8.*'sdpa'"):
+        row_b._check_and_adjust_attn_implementation("flash_attention_2")
+    assert row_b._check_and_adjust_attn_implementation("sdpa") == "sdpa"
+    wider_keys = VanillaTransformerForConditionalGeneration(make_tiny_config(d_k=12))
+    assert wider_keys._check_and_adjust_attn_implementation("flash_attention_2") == "flash_attention_2"
 
 
 # --- Saving, loading, tying, Auto classes, remote code -----------------------------------------------------------
@@ -371,11 +445,20 @@ def test_trust_remote_code_loads_where_the_package_is_not_importable(tiny_model,
         (dict(eos_token_id=-1), "eos_token_id"),
         (dict(decoder_start_token_id=500), "decoder_start_token_id"),
         (dict(activation_function="nope"), "activation_function"),
+        (dict(d_k=0), "d_k"),
+        (dict(d_v=-8), "d_v"),
+        (dict(d_model=30, d_k=8), "d_model"),  # d_v left to d_model / h
     ],
 )
 def test_invalid_config_values_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         VanillaTransformerConfig.from_preset("tiny", **overrides)
+
+
+def test_d_model_need_not_divide_by_h_when_d_k_and_d_v_are_set(batch):
+    config = make_tiny_config(d_model=30, d_k=8, d_v=8)
+    assert config.head_sizes(4) == (8, 8)
+    assert build(config)(**batch).logits.shape == (2, 6, 128)
 
 
 def test_unknown_preset_is_refused():
@@ -453,6 +536,7 @@ def test_a_folder_saved_by_the_previous_release_loads_and_translates_exactly_as_
     model = AutoModelForSeq2SeqLM.from_pretrained(saved).eval()
     assert isinstance(model, VanillaTransformerForConditionalGeneration)
     assert model.config.attention_bias is (folder == "attention-bias")
+    assert (model.config.d_k, model.config.d_v) == (None, None)  # d_model / h, as these folders were trained
     sources = torch.tensor(expected["input_ids"])
     mask = (sources != model.config.pad_token_id).long()
     with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
@@ -469,28 +553,33 @@ def test_a_folder_saved_by_the_previous_release_loads_and_translates_exactly_as_
 # The initialisation: fairseq's for this post-norm model (docs/experiments/fairseq.md), recomputed from its formulas.
 
 
+@pytest.mark.parametrize("head_sizes", [{}, dict(d_k=16, d_v=48)], ids=["d_model/h", "d_k-16-d_v-48"])
 @pytest.mark.parametrize("attention_bias", [False, True])
-def test_initialisation_is_fairseqs(attention_bias):
+def test_initialisation_is_fairseqs(attention_bias, head_sizes):
     """Embeddings N(0, d_model^-0.5); query, key and value projections Xavier-uniform with gain 1/sqrt(2); output
     projections Xavier-uniform with zero biases; feed-forward weights and biases uniform in +-1/sqrt(fan_in) (torch's
     nn.Linear default); LayerNorms ones and zeros. Checked by bounds and by the standard deviation a uniform
-    distribution on those bounds has, on a model large enough for the statistics to be tight."""
+    distribution on those bounds has, on a model large enough for the statistics to be tight. Xavier's bound,
+    sqrt(6 / (fan_in + fan_out)), follows the projections' shapes where d_k and d_v are not d_model / h."""
     torch.manual_seed(0)
     d_model, d_ff = 256, 512
     config = make_tiny_config(d_model=d_model, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, vocab_size=4000,
-                              attention_bias=attention_bias)
+                              attention_bias=attention_bias, **head_sizes)
     model = VanillaTransformerForConditionalGeneration(config)
 
     def assert_uniform(tensor, bound):
         assert tensor.abs().max() <= bound
         assert tensor.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
 
-    xavier = math.sqrt(6 / (2 * d_model))
+    heads = config.encoder_attention_heads
+    d_k, d_v = head_sizes.get("d_k", d_model // heads), head_sizes.get("d_v", d_model // heads)
+    xavier_k, xavier_v = math.sqrt(6 / (d_model + heads * d_k)), math.sqrt(6 / (d_model + heads * d_v))
     layer = model.model.decoder.layers[0]
     for attention in (layer.self_attn, layer.encoder_attn, model.model.encoder.layers[0].self_attn):
-        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
-            assert_uniform(projection.weight, xavier / math.sqrt(2))
-        assert_uniform(attention.out_proj.weight, xavier)
+        assert_uniform(attention.q_proj.weight, xavier_k / math.sqrt(2))
+        assert_uniform(attention.k_proj.weight, xavier_k / math.sqrt(2))
+        assert_uniform(attention.v_proj.weight, xavier_v / math.sqrt(2))
+        assert_uniform(attention.out_proj.weight, xavier_v)
         if attention_bias:
             assert not attention.out_proj.bias.any()
     for fc, fan_in in ((layer.fc1, d_model), (layer.fc2, d_ff)):

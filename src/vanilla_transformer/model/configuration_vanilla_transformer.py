@@ -38,6 +38,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
     embedding matrix shared by source, target and the pre-softmax projection, scaled by sqrt(d_model), sinusoidal
     positions, post-LayerNorm sub-layers. Field names follow Marian and BART so generic tooling works.
 
+    d_k (`int`, *optional*, defaults to `None`):
+        Size of each head's queries and keys (section 3.2.2): W_i^Q and W_i^K are d_model x d_k, and the attention
+        logits are scaled by 1/sqrt(d_k). `None` means d_model / h, the paper's choice for every row of Table 3 but
+        row (B), which shrinks d_k to 16 and 32.
+    d_v (`int`, *optional*, defaults to `None`):
+        Size of each head's values (section 3.2.2): W_i^V is d_model x d_v and W^O is h d_v x d_model. `None` means
+        d_model / h (64 in Table 3's row (B), as in base).
     position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
         `"sinusoidal"` (section 3.5, any length) or `"learned"` (Table 3 row E, at most `max_position_embeddings`).
     max_position_embeddings (`int`, *optional*, defaults to 1024):
@@ -79,6 +86,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_attention_heads: int = 8
     encoder_ffn_dim: int = 2048
     decoder_ffn_dim: int = 2048
+    d_k: int | None = None
+    d_v: int | None = None
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
@@ -140,6 +149,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
         )
         return cls(**{**fields, **overrides})
 
+    def head_sizes(self, heads: int) -> tuple[int, int]:
+        """(d_k, d_v) of the attention layers with `heads` heads: the fields, or d_model / h where left None."""
+        default = self.d_model // heads
+        return (default if self.d_k is None else self.d_k), (default if self.d_v is None else self.d_v)
+
     def _check_values(self):
         # Raised from __post_init__ as plain ValueErrors naming the field (strict's validate_* hooks would wrap them).
         sizes = ["vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
@@ -147,11 +161,16 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for name in sizes:
             if getattr(self, name) <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}.")
-        for name in ["encoder_attention_heads", "decoder_attention_heads"]:
+        for name in ["d_k", "d_v"]:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"`{name}` must be a positive integer or None, got {getattr(self, name)}.")
+        left_to_default = [name for name in ["d_k", "d_v"] if getattr(self, name) is None]
+        for name in ["encoder_attention_heads", "decoder_attention_heads"] if left_to_default else []:
             if self.d_model % getattr(self, name) != 0:
                 raise ValueError(
                     f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)}): "
-                    "each head gets d_k = d_model / h dimensions (section 3.2.2)."
+                    f"{' and '.join(left_to_default)} left to None means d_model / h per head (section 3.2.2); "
+                    "set them to choose another size."
                 )
         if self.activation_function not in ACT2FN:
             raise ValueError(

@@ -26,7 +26,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
-from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.generic import is_flash_attention_requested, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -128,7 +128,7 @@ def scaled_dot_product_attention(
         scores = scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (batch, q_len, heads, d_head)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (batch, q_len, heads, d_v)
     return output, weights
 
 
@@ -136,23 +136,25 @@ def scaled_dot_product_attention(
 
 
 class VanillaTransformerAttention(nn.Module):
-    """Section 3.2.2: h heads of scaled dot-product attention on learned projections of d_k = d_model / h, used as
-    encoder self-attention, masked decoder self-attention, and encoder-decoder attention (section 3.2.3). The
-    kernel comes from transformers' attention interface (`config._attn_implementation`: eager, sdpa, flash, ...)."""
+    """Section 3.2.2: h heads of scaled dot-product attention on learned projections to queries and keys of d_k and
+    values of d_v dimensions (d_model / h unless the config sets them, as Table 3 row (B) does), used as encoder
+    self-attention, masked decoder self-attention, and encoder-decoder attention (section 3.2.3). The kernel comes
+    from transformers' attention interface (`config._attn_implementation`: eager, sdpa, flash, ...)."""
 
     def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None = None):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
-        self.head_dim = config.d_model // num_heads
-        self.scaling = self.head_dim**-0.5
+        self.d_k, self.d_v = config.head_sizes(num_heads)
+        self.scaling = self.d_k**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
-        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
-        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
-        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
+        # W^Q, W^K: d_model x h d_k; W^V: d_model x h d_v; W^O: h d_v x d_model (the h heads' matrices side by side)
+        self.q_proj = nn.Linear(config.d_model, num_heads * self.d_k, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.d_model, num_heads * self.d_k, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.d_model, num_heads * self.d_v, bias=config.attention_bias)
+        self.out_proj = nn.Linear(num_heads * self.d_v, config.d_model, bias=config.attention_bias)
         # Initialisation (`_init_weights`): query, key and value projections Xavier-uniform with gain 1/sqrt(2), so
         # that the attention logits start at half the variance (fairseq's).
         for projection in (self.q_proj, self.k_proj, self.v_proj):
@@ -169,7 +171,8 @@ class VanillaTransformerAttention(nn.Module):
         is_cross_attention = key_value_states is not None
         batch_size, q_len, _ = hidden_states.shape
         # head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
-        query = self.q_proj(hidden_states).view(batch_size, q_len, -1, self.head_dim).transpose(1, 2)
+        query = self.q_proj(hidden_states).view(batch_size, q_len, -1, self.d_k)
+        query = query.transpose(1, 2)  # (batch, heads, q_len, d_k)
 
         layer_cache = None
         if isinstance(cache, EncoderDecoderCache):
@@ -183,9 +186,9 @@ class VanillaTransformerAttention(nn.Module):
             value = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
-            kv_shape = (batch_size, source.shape[1], -1, self.head_dim)
-            key = self.k_proj(source).view(kv_shape).transpose(1, 2)  # (batch, heads, k_len, d_head)
-            value = self.v_proj(source).view(kv_shape).transpose(1, 2)
+            heads_shape = (batch_size, source.shape[1], -1)
+            key = self.k_proj(source).view(*heads_shape, self.d_k).transpose(1, 2)  # (batch, heads, k_len, d_k)
+            value = self.v_proj(source).view(*heads_shape, self.d_v).transpose(1, 2)  # (batch, heads, k_len, d_v)
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
@@ -205,7 +208,7 @@ class VanillaTransformerAttention(nn.Module):
             **kwargs,
         )
         # MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
-        output = self.out_proj(output.reshape(batch_size, q_len, -1))
+        output = self.out_proj(output.reshape(batch_size, q_len, -1))  # (batch, q_len, heads * d_v) -> d_model
         return output, weights
 
 
@@ -328,6 +331,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                 "code. If you trust the source, pass use_safetensors=False to load it, then save_pretrained() it to "
                 "get safetensors."
             ) from error
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, *args, **kwargs) -> str:
+        # transformers' flash kernels pad each head's values up to the query size, never queries up to the value size:
+        # a model with d_k < d_v (Table 3 row (B)) is refused here, as the kernel is chosen, not deep in a forward.
+        implementation = super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
+        for heads in (self.config.encoder_attention_heads, self.config.decoder_attention_heads):
+            d_k, d_v = self.config.head_sizes(heads)
+            if d_k < d_v and is_flash_attention_requested(requested_attention_implementation=implementation):
+                raise ValueError(
+                    f"attn_implementation={implementation!r} cannot run queries and keys smaller than values (d_k="
+                    f"{d_k}, d_v={d_v}): transformers' flash attention needs d_v <= d_k. Use 'sdpa' or 'eager'."
+                )
+        return implementation
 
     @torch.no_grad()
     def _init_weights(self, module):
