@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.backends import UnsupportedModelError  # noqa: E402
 from vanilla_transformer.backends.table import BACKENDS  # noqa: E402
 from vanilla_transformer.cli.main import main  # noqa: E402
 from vanilla_transformer.backends.ctranslate2 import QUANTIZATIONS  # noqa: E402
@@ -281,6 +282,33 @@ def test_export_refuses_an_activation_ctranslate2_lacks(tmp_path, tokenizer):
     model_dir = saved_model(tmp_path / "model", tokenizer, activation_function="relu6")
     with pytest.raises(ValueError, match="activation_function='relu6' has no CTranslate2 equivalent"):
         export_ctranslate2(model_dir, tmp_path / "ct2")
+
+
+def test_export_refuses_keys_and_values_of_different_sizes_in_one_line(tmp_path, tokenizer, capsys):
+    """Table 3 row (B)'s shape (d_k 4 < d_v 8): CTranslate2's attention has one size per head. The error names both
+    fields, the command line prints it as one line, and nothing is written."""
+    model_dir = saved_model(tmp_path / "model", tokenizer, d_k=4)
+    with pytest.raises(UnsupportedModelError, match=r"d_k=4 with d_v=8"):
+        export_ctranslate2(model_dir, tmp_path / "ct2")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export-ct2", "--model", str(model_dir), "--out", str(tmp_path / "ct2")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    last_line = err.splitlines()[-1]  # after the progress bars of saving and loading the weights
+    assert last_line.startswith("vanilla-transformer export-ct2: error: ") and "d_k=4 with d_v=8" in last_line
+    assert "Traceback" not in err
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_heads_of_equal_key_and_value_size_other_than_d_model_over_h_export(tmp_path, tokenizer):
+    """d_k = d_v = 16 with d_model 32 and h 4: CTranslate2's `head_dim` carries the size, and it scores as the model."""
+    model_dir = saved_model(tmp_path / "model", tokenizer, d_k=16, d_v=16)
+    model, translator = load(model_dir), ctranslate2.Translator(str(export_ctranslate2(model_dir, tmp_path / "ct2")))
+    source, target_ids = SENTENCES[1], tokenizer(SENTENCES[2])["input_ids"]
+    target = tokenizer.convert_ids_to_tokens(target_ids[:-1])
+    (result,) = translator.score_batch([tokens_of(tokenizer, source)], [target])
+    expected = log_probs(model, tokenizer, source, target_ids)
+    torch.testing.assert_close(torch.tensor(result.log_probs), expected, rtol=0, atol=1e-4)
 
 
 def test_export_keeps_existing_folders_unless_forced(paper_model, capsys):

@@ -249,6 +249,26 @@ def test_export_writes_optimums_layout_with_dynamic_axes(onnx_dir, trained_dir, 
     assert outputs["logits"] == ["batch_size", "decoder_sequence_length", len(tokenizer)]
 
 
+def test_keys_and_values_of_their_own_sizes_export_and_decode_as_the_torch_model(tokenizer, tmp_path):
+    """Table 3 row (B)'s kind of model, queries and keys of d_k = 4 and values of d_v = 12 per head (d_model 32, h 4;
+    random weights): the cache tensors have their own sizes, and ONNX Runtime gives the PyTorch model's tokens."""
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(tiny_config_for(tokenizer, d_k=4, d_v=12)).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    out = tmp_path / "onnx"
+    main(["export-onnx", "--model", str(tmp_path / "model"), "--out", str(out), "--max-positions", str(MAX_POSITIONS)])
+    session = ort.InferenceSession(str(out / "decoder_with_past_model.onnx"))
+    inputs = {value.name: value.shape for value in session.get_inputs()}
+    assert inputs["past_key_values.1.decoder.key"] == ["batch_size", 4, "past_decoder_sequence_length", 4]
+    assert inputs["past_key_values.1.encoder.value"] == ["batch_size", 4, "encoder_sequence_length", 12]
+    batch = tokenizer([english(n) for n in (7, 81, 512, 3000)], return_tensors="pt", padding=True)
+    ort_model = load(out)
+    for beams in [1, 4]:
+        forced = dict(num_beams=beams, min_new_tokens=6, max_new_tokens=6)
+        assert torch.equal(ort_model.generate(**batch, **forced), model.generate(**batch, **forced))
+
+
 def test_translation_pipeline_runs_the_onnx_model(onnx_dir, trained_dir):
     lines = [english(n) for n in (3, 45, 678)]
     translator = pipeline("translation", model=load(onnx_dir), tokenizer=AutoTokenizer.from_pretrained(onnx_dir))

@@ -1,0 +1,6 @@
+"""The translation backends (`table.py`) and the exports they run (`ctranslate2/`, `onnx/`)."""
+
+
+class UnsupportedModelError(ValueError):
+    """A model that an export's backend cannot run as it was trained: the message names the config fields and values
+    that rule it out (the command line prints it as one line)."""

@@ -15,6 +15,7 @@ from ...model.modeling_vanilla_transformer import (
     sinusoidal_position_encoding,
 )
 from ...text_files import output_folder
+from .. import UnsupportedModelError
 from . import QUANTIZATIONS
 
 
@@ -92,10 +93,13 @@ def transformer_spec_of(
 
     config = model.config
     if config.activation_function not in ACTIVATIONS:
-        raise ValueError(
+        raise UnsupportedModelError(
             f"activation_function={config.activation_function!r} has no CTranslate2 equivalent; exportable "
             f"activations are {', '.join(ACTIVATIONS)}."
         )
+    encoder_head_dim, decoder_head_dim = (
+        _head_dim(config, heads) for heads in (config.encoder_attention_heads, config.decoder_attention_heads)
+    )
     vocabulary = _vocabulary(tokenizer, config.vocab_size)
 
     activation = common_spec.Activation[ACTIVATIONS[config.activation_function]]
@@ -106,12 +110,14 @@ def transformer_spec_of(
             config.encoder_attention_heads,
             pre_norm=config.normalize_before,
             activation=activation,
+            **encoder_head_dim,
         ),
         transformer_spec.TransformerDecoderSpec(
             config.decoder_layers,
             config.decoder_attention_heads,
             pre_norm=config.normalize_before,
             activation=activation,
+            **decoder_head_dim,
         ),
     )
     _set_weights(spec, model, max_positions)
@@ -125,6 +131,19 @@ def transformer_spec_of(
     spec.config.decoder_start_token = vocabulary[config.decoder_start_token_id]
     spec.config.layer_norm_epsilon = model.model.encoder.layers[0].final_layer_norm.eps
     return spec
+
+
+def _head_dim(config, heads: int) -> dict:
+    """The `head_dim` argument of CTranslate2's spec for an attention of `heads` heads: none where a head is
+    CTranslate2's default d_model / h in size. CTranslate2 has one size per head for queries, keys and values, so d_k
+    and d_v must be equal."""
+    d_k, d_v = config.head_sizes(heads)
+    if d_k != d_v:
+        raise UnsupportedModelError(
+            f"CTranslate2 cannot run d_k={d_k} with d_v={d_v} (queries and keys of another size per head than values, "
+            "as in Table 3 row (B)): its attention has one size per head. Translate with the torch or onnx backend."
+        )
+    return {} if d_k * heads == config.d_model else dict(head_dim=d_k)
 
 
 def _vocabulary(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> list[str]:

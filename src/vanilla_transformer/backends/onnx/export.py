@@ -9,9 +9,9 @@ own with ONNX Runtime (`model.VanillaTransformerORTForConditionalGeneration`, an
   `.value` (the self-attention cache) and `present.i.encoder.key` and `.value` (the encoder output projected to the
   encoder-decoder attention's keys and values: once per sentence, as in the PyTorch model).
 - `decoder_with_past_model.onnx`, every later step: `encoder_attention_mask`, `input_ids` and the cache as
-  `past_key_values.i.decoder.key` (batch_size, heads, past_decoder_sequence_length, head_dim), `.decoder.value`,
+  `past_key_values.i.decoder.key` (batch_size, heads, past_decoder_sequence_length, d_k), `.decoder.value` (..., d_v),
   `.encoder.key` and `.encoder.value` -> `logits` and `present.i.decoder.key` and `.value`, the cache grown by the new
-  tokens.
+  tokens. Keys have d_k and values d_v dimensions per head (d_model / h unless the config sets them, section 3.2.2).
 
 The graphs come from `torch.onnx.export` (torch.export), with dynamic batch and length axes.
 """
@@ -70,7 +70,7 @@ class DecoderGraph(nn.Module):
     def __init__(self, model: VanillaTransformerForConditionalGeneration, with_past: bool):
         super().__init__()
         self.decoder, self.lm_head = model.model.decoder, model.lm_head
-        self.layers = model.config.decoder_layers
+        self.layers, self.d_model = model.config.decoder_layers, model.config.d_model
         self.with_past = with_past
 
     def forward(self, encoder_attention_mask, input_ids, encoder_states_or_cache):
@@ -83,8 +83,8 @@ class DecoderGraph(nn.Module):
                 cross_attention.update(past[4 * i + 2], past[4 * i + 3], i)
                 cache.is_updated[i] = True
             # Once its keys and values are cached, the encoder output is read for its shape only (the mask's length).
-            batch, heads, source_length, head_dim = past[2].shape
-            encoder_hidden_states = past[2].new_zeros(()).expand(batch, source_length, heads * head_dim)
+            batch, _, source_length, _ = past[2].shape
+            encoder_hidden_states = past[2].new_zeros(()).expand(batch, source_length, self.d_model)
         else:
             encoder_hidden_states = encoder_states_or_cache
         outputs = self.decoder(
@@ -192,11 +192,13 @@ def _export_graphs(model: VanillaTransformerForConditionalGeneration, folder: Pa
     # The later steps' example cache: that of a first step on EXAMPLE_PAST tokens.
     past_ids = torch.randint(0, config.vocab_size, (EXAMPLE_BATCH, EXAMPLE_PAST), generator=generator)
     example_cache = list(DecoderGraph(model, with_past=False)(attention_mask, past_ids, encoder_hidden_states)[1:])
-    heads, head_dim = config.decoder_attention_heads, config.d_model // config.decoder_attention_heads
+    heads = config.decoder_attention_heads
+    d_k, d_v = config.head_sizes(heads)
     logits_shape = ("batch_size", "decoder_sequence_length", config.vocab_size)
 
     def cache_shape(name, length):
-        return ("batch_size", heads, "encoder_sequence_length" if ".encoder." in name else length, head_dim)
+        length = "encoder_sequence_length" if ".encoder." in name else length
+        return ("batch_size", heads, length, d_k if name.endswith(".key") else d_v)
 
     graphs = {
         ENCODER_FILE: (
