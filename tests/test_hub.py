@@ -68,12 +68,23 @@ CARD_RESULTS = {
 }
 
 
+def hub_online(monkeypatch) -> None:
+    """huggingface_hub's online mode, whatever the caller's environment (`HF_HUB_OFFLINE=1`, as on offline clusters,
+    makes `push` stop and transformers save `local_files_only` into tokenizer configs). huggingface_hub reads the
+    variables once, at import, so its constant is set too. The network stays out of reach: see the `hub` fixture."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
-    """A tiny en -> fr model folder as `train` leaves it: save_pretrained of the model and of its tokenizer."""
+    """A tiny en -> fr model folder as `train` leaves it online: save_pretrained of the model and of its tokenizer."""
     root = tmp_path_factory.mktemp("hub")
     train_tokenizer(SENTENCES, vocab_size=300, show_progress=False).save_pretrained(root / "tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(root / "tokenizer")
+    with pytest.MonkeyPatch.context() as monkeypatch:  # the tokenizer config saved as online
+        hub_online(monkeypatch)
+        tokenizer = AutoTokenizer.from_pretrained(root / "tokenizer")
     config = VanillaTransformerConfig.from_preset(
         "tiny", vocab_size=len(tokenizer), dropout=0.0, source_lang="en", target_lang="fr"
     )
@@ -115,9 +126,9 @@ def http_library():
 
 @pytest.fixture
 def hub(monkeypatch):
-    """The Hub at its `HfApi` boundary: `create_repo` and `create_commit` record their calls, a new repository has
-    no README yet, the reachability probe (a HEAD of the endpoint) is answered, and any other request to the Hub
-    fails."""
+    """The Hub at its `HfApi` boundary, in online mode whatever the environment (`hub_online`): `create_repo` and
+    `create_commit` record their calls, a new repository has no README yet, the reachability probe (a HEAD of the
+    endpoint) is answered, and any other request to the Hub fails."""
     calls = {"repos": [], "commits": [], "probes": 0}
 
     def create_repo(self, repo_id, *, private=None, exist_ok=False, **kwargs):
@@ -146,10 +157,11 @@ def hub(monkeypatch):
             return http_library().Response(200, request=request)
         raise RuntimeError(f"a test tried to reach the network: {request.method} {request.url}")
 
+    hub_online(monkeypatch)
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
     monkeypatch.setattr(HfApi, "create_commit", create_commit)
     monkeypatch.setattr(huggingface_hub.repocard, "hf_hub_download", no_readme_yet)
-    # Not HF_HUB_OFFLINE: transformers would write its `local_files_only=True` into the saved tokenizer_config.json.
+    # Not offline mode: transformers would write its `local_files_only=True` into the saved tokenizer_config.json.
     monkeypatch.setattr(type(huggingface_hub.get_session()), "send", refuse)
     return calls
 
