@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -82,9 +83,12 @@ def test_average_loads_like_a_saved_model(run_dir, tmp_path):
     last = run_dir / "checkpoint-100"
     output_dir = average_checkpoints(find_checkpoints(run_dir, 3), tmp_path / "averaged")
 
-    # The folder is the last checkpoint's save_pretrained output, without the Trainer's state to resume from.
+    # The folder is the last checkpoint's save_pretrained output, without the Trainer's state to resume from, and the
+    # record of the checkpoints averaged (their steps from their names, here where trainer_state.json is no JSON).
     copied = {path.name for path in last.iterdir()} - set(TRAINER_STATE_FILES)
-    assert {path.name for path in output_dir.iterdir()} == copied
+    assert {path.name for path in output_dir.iterdir()} == copied | {"averaged_checkpoints.json"}
+    assert json.loads((output_dir / "averaged_checkpoints.json").read_text()) == {"checkpoints": [
+        {"checkpoint": f"checkpoint-{step}", "step": step, "epoch": None} for step in STEPS]}
     assert (output_dir / "config.json").read_text() == (last / "config.json").read_text()
     # The tied embedding is stored once, as save_pretrained stores it.
     stored = read_tensors(output_dir)

@@ -24,6 +24,7 @@ import vanilla_transformer
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli.main import main as cli
 from vanilla_transformer.hub.card import _architecture_rows, model_card, write_model_card
+from vanilla_transformer.hub.card_facts import RunFacts, RunRecord
 from vanilla_transformer.hub.push import push_to_hub
 from vanilla_transformer.training.tokenization import train_tokenizer
 from vanilla_transformer.training.trainer import paper_training_arguments
@@ -317,6 +318,80 @@ def test_card_reports_what_the_run_recorded(run_dir, hub, tmp_path, capsys):
         assert "| Multi30k (1,000 sentences) | test_2016_flickr | 33.99 | 57.11 |" in card.text
         assert "Data: the 29,000 Multi30k training pairs." in card.text
         assert "print(translator('a man | a bike'))" in card.text  # the first sample's source
+
+
+def stopped_run(saved_model, folder: Path, steps=(250, 300, 337), final=337) -> Path:
+    """A run folder as `train` leaves it when stopped early (preempted, or --max-train-minutes): planned for 1,200
+    steps, stopped at `final`, with a checkpoint at each of `steps` and no final Trainer state or model."""
+    run = folder / "run"
+    for step in steps:
+        checkpoint = run / f"checkpoint-{step}"
+        shutil.copytree(saved_model, checkpoint)
+        state = {"global_step": step, "epoch": step / 100, "log_history": [{"step": step, "loss": 3.0}]}
+        (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    RunRecord({"max_steps": 1200, "warmup_steps": 40, "learning_rate": 0, "source_lang": "en", "target_lang": "fr",
+               "demo_train_size": 12000, "demo_max_digits": 4}, demo=True,
+              facts=RunFacts(pairs={"train": 12000}, steps=final, epochs=final / 100, sessions=1,
+                             training_seconds=95.0)).write(run)
+    return run
+
+
+def test_card_of_an_averaged_model_of_a_stopped_run(saved_model, tmp_path, capsys):
+    """The card reports the steps the weights were trained for, and the checkpoints averaged, from what the run and
+    `average` recorded: never the planned --max-steps as if trained."""
+    run = stopped_run(saved_model, tmp_path)
+    averaged = tmp_path / "averaged"
+    cli(["average", "--run", str(run), "--last", "3", "--out", str(averaged)])
+
+    for card, argv in [(tmp_path / "card.md", ["--run", str(run)]), (tmp_path / "alone.md", [])]:
+        cli(["model-card", "--model", str(averaged), *argv, "--out", str(card)])
+        text = card.read_text(encoding="utf-8")
+        assert "| steps | 337 (3.4 epochs) |" in text
+        assert ("| checkpoint averaging (6.1) | the mean of the weights of the 3 checkpoints at steps "
+                "250, 300 and 337 |") in text
+        assert "1,200" not in text
+    text = (tmp_path / "card.md").read_text(encoding="utf-8")
+    assert "| training time | 2 min |" in text  # the whole run's, as recorded
+    assert "The recipe of sections 5.1-5.4" in text
+    assert "The training arguments were not recorded with this model; its steps were:" in (
+        tmp_path / "alone.md").read_text(encoding="utf-8")
+
+
+def test_card_of_a_stopped_run_reports_the_steps_it_trained(saved_model, tmp_path):
+    """A run stopped early has no final trainer_state.json: the steps come from what `train` recorded, else from its
+    newest checkpoint; the planned --max-steps is said to be a plan."""
+    from vanilla_transformer.hub.card import _recipe_rows
+
+    run = stopped_run(saved_model, tmp_path)
+    assert "| steps | 337 (3.4 epochs) |" in model_card(run / "checkpoint-337", run_dir=run).text
+    assert "| steps | 300 (3.0 epochs) |" in model_card(run / "checkpoint-300", run_dir=run).text  # its own state
+    record = RunRecord.read(run)
+    record.facts = RunFacts()  # killed before it recorded its steps
+    record.write(run)
+    text = model_card(saved_model, run_dir=run).text
+    assert "| steps | 337 (3.4 epochs) |" in text and "1,200" not in text
+    assert dict(_recipe_rows(VanillaTransformerConfig(), {"max_steps": 1200}, None, {}))["steps"] == (
+        "not recorded (`max_steps` 1,200 was planned)")
+
+
+@pytest.mark.parametrize("arguments, data", [
+    ({"demo_train_size": 12000, "demo_max_digits": 4},
+     "Data: the number-words corpus the package generates (12,000 pairs of numbers below 10^4), en -> fr, for "
+     "training."),
+    ({"train_file": "/data/pairs.tsv", "validation_source_file": "/data/val.en",
+      "validation_target_file": "/data/val.fr", "test_file": "/data/test.tsv"},
+     "Data: `pairs.tsv` (600 sentence pairs), en -> fr, for training; `val.en` and `val.fr` (50 sentence pairs) for "
+     "validation; `test.tsv` for testing."),
+    ({"dataset_name": "wmt14", "dataset_config_name": "fr-en"},
+     "Data: the Hub dataset `wmt14`, configuration `fr-en`, split `train` (600 sentence pairs), en -> fr, for "
+     "training."),
+])
+def test_card_describes_the_recorded_data_in_a_sentence(saved_model, tmp_path, arguments, data):
+    RunRecord({"source_lang": "en", "target_lang": "fr", **arguments}, demo="demo_train_size" in arguments,
+              facts=RunFacts(pairs={"train": 12000 if "demo_train_size" in arguments else 600, "validation": 50})
+              ).write(tmp_path)
+
+    assert data in model_card(saved_model, run_dir=tmp_path).text
 
 
 def test_card_without_samples_invents_no_sentence(saved_model):

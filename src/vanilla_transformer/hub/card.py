@@ -6,9 +6,10 @@
 ```
 
 Its metadata (languages, license, datasets, a `model-index` with BLEU and chrF) and body (hyper-parameters, recipe,
-results with their sacreBLEU signature, samples, usage, citation) come from the saved config and generation config,
-the training run (`trainer_state.json`, the training arguments that the TensorBoard callback logs, what `train`
-recorded: `card_facts.recorded_run`) and the evaluation results (`card_facts.CardFacts`), rendered with
+results with their sacreBLEU signature, samples, usage, citation) come from the saved config and generation
+config, the training run (`trainer_state.json`, the training arguments that the TensorBoard callback logs, what `train`
+recorded: `card_facts.recorded_run`), what `average` recorded of the checkpoints it averaged
+(`card_facts.averaged_checkpoints`) and the evaluation results (`card_facts.CardFacts`), rendered with
 `model_card_template.md`. The card invents nothing: an evaluation without `dataset` is shown as "data not named" and
 left out of the `model-index`, and without samples the usage examples translate a placeholder that says so.
 `push.py` writes the repository folder the card goes into and uploads it.
@@ -29,7 +30,8 @@ from ..extras import require
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..text_files import output_file
-from .card_facts import TRAINER_SPLITS, CardFacts, card_figures, read_card_facts, recorded_run, score_prefix
+from .card_facts import (TRAINER_SPLITS, CardFacts, average_in_words, averaged_checkpoints, card_figures,
+                         read_card_facts, recorded_run, score_prefix, trained_steps)
 
 CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
 TAGS = ["translation", "vanilla-transformer", "transformer", "seq2seq", "encoder-decoder"]
@@ -58,12 +60,10 @@ def model_card(
 
     `results` describes the evaluation (`card_facts.CardFacts`); without it the card reports what `run_dir`
     recorded: `card_results.json` (written by `vanilla-transformer train`), else the Trainer's `test_results.json`,
-    else its `eval_results.json`. `run_dir` is the training run (default:
-    `model_dir`, which is where `vanilla-transformer train` writes both); its `trainer_state.json` and logged
-    training arguments give the recipe. Give the results of exactly these weights: an averaged model's scores are
-    not those of the run's last checkpoint. `repo_id` ("USER/NAME") goes into the usage examples. Needs the `train`
-    extra (jinja2 renders the template).
-    """
+    else its `eval_results.json`. `run_dir` is the training run (default: `model_dir`, where `train` writes both); its
+    records give the recipe and the steps of these weights (`card_facts.trained_steps`). Give the results of exactly
+    these weights: an averaged model's scores are not those of the run's last checkpoint. `repo_id` ("USER/NAME")
+    goes into the usage examples. Needs the `train` extra (jinja2 renders the template)."""
     require("jinja2", extra="train")
     model_dir = Path(model_dir)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
@@ -73,8 +73,7 @@ def model_card(
     source_lang = facts.source_lang or getattr(config, "source_lang", None) or run.get("source_lang")
     target_lang = facts.target_lang or getattr(config, "target_lang", None) or run.get("target_lang")
     model_name = (repo_id or model_dir.resolve().name).split("/")[-1]
-    evaluations = [_evaluation(entry, source_lang, target_lang, run.get("split_data") or {})
-                   for entry in facts.results]
+    evaluations = [_evaluation(entry, source_lang, target_lang, run.get("split_data") or {}) for entry in facts.results]
     # The arguments the Trainer logged to TensorBoard, else those the `train` command recorded.
     training_args = {**_recorded_training_arguments(run, config), **_logged_training_arguments(run_dir)}
     trainer_state = _read_json(run_dir / "trainer_state.json")
@@ -94,7 +93,9 @@ def model_card(
         position_embedding_type=config.position_embedding_type,
         code_files=sorted(path.name for path in model_dir.glob("*.py")),
         decoding=_decoding(model_dir),
-        recipe=_recipe_rows(config, training_args, trainer_state, facts.training or {}, run),
+        recipe=_recipe_rows(config, training_args, trainer_state, facts.training or {}, run,
+                            trained=trained_steps(model_dir, run_dir, run), averaged=averaged_checkpoints(model_dir)),
+        arguments_recorded=bool(training_args or facts.training),
         training_data=facts.training_data or run.get("training_data"),
         datasets=datasets,
         evaluations=evaluations,
@@ -294,9 +295,11 @@ def _duration(seconds: float) -> str:
 
 
 def _recipe_rows(config, training_args: dict, trainer_state: dict | None, training: dict,
-                 run: dict | None = None) -> list[tuple[str, str]]:
-    """(what, value) rows of the training table, from the logged arguments, the Trainer state, `training` and what
-    the run recorded (`recorded_run`: the training time and hardware of the whole run, resumes included)."""
+                 run: dict | None = None, *, trained: tuple[int, float | None] | None = None,
+                 averaged: list[dict] | None = None) -> list[tuple[str, str]]:
+    """(what, value) rows of the training table, from the logged arguments, the Trainer state, `training`, what
+    the run recorded (`recorded_run`: the training time and hardware of the whole run, resumes included), the steps
+    of the weights (`trained`: `card_facts.trained_steps`) and the checkpoints averaged (`averaged`)."""
     run = run or {}
     args = {**training_args, **training}
     rows = []
@@ -319,22 +322,7 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
                                     "(not in the paper: Provilkov et al., 2020)"))
     if args.get("gradient_accumulation_steps", 1) > 1:
         rows.append(("gradient accumulation", f"{args['gradient_accumulation_steps']} steps"))
-    if trainer_state:
-        rows.append(("steps", f"{trainer_state['global_step']:,} ({trainer_state['epoch']:.1f} epochs)"))
-        final = next((entry for entry in reversed(trainer_state["log_history"]) if "train_runtime" in entry), None)
-        sessions = run.get("sessions", 1)
-        if run.get("training_seconds"):  # the whole run; the Trainer's train_runtime is its last session's only
-            resumed = f", {sessions} sessions (resumed)" if sessions > 1 else ""
-            rows.append(("training time", f"{_duration(run['training_seconds'])}{resumed}"))
-        elif final:  # a run resumed from a checkpoint saved before the clock counted only its last session
-            last = " (its last session: the time before it was resumed was not recorded)" if sessions > 1 else ""
-            rows.append(("training time", f"{_duration(final['train_runtime'])}{last}"))
-        if final:
-            smoothed = " (label-smoothed)" if args.get("label_smoothing_factor") else ""
-            over = "the run" if sessions == 1 else "its last session"
-            rows.append((f"training loss, mean over {over}", f"{final['train_loss']:.3f}{smoothed}"))
-    elif "max_steps" in args and args["max_steps"] > 0:
-        rows.append(("steps", f"{args['max_steps']:,}"))
+    rows += _progress_rows(args, trainer_state, run, trained, averaged)
     if run.get("hardware"):
         rows.append(("hardware", "; ".join(run["hardware"])))
     if "bf16" in args:
@@ -343,6 +331,36 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
         rows.append(("precision", f"{mixed} mixed precision (float32 weights)" if mixed else "fp32"))
     if "seed" in args:
         rows.append(("seed", f"{args['seed']}"))
+    return rows
+
+
+def _progress_rows(args: dict, trainer_state: dict | None, run: dict, trained, averaged) -> list[tuple[str, str]]:
+    """The rows of the steps, the checkpoints averaged, the training time and the training loss (`_recipe_rows`)."""
+    rows = []
+    if trained is None and trainer_state:
+        trained = trainer_state["global_step"], trainer_state.get("epoch")
+    if trained:
+        steps, epochs = trained
+        rows.append(("steps", f"{steps:,}" + (f" ({epochs:.1f} epochs)" if epochs is not None else "")))
+    elif args.get("max_steps", 0) > 0:  # the plan, not what was trained: a run may stop early
+        rows.append(("steps", f"not recorded (`max_steps` {args['max_steps']:,} was planned)"))
+    if averaged:
+        rows.append(("checkpoint averaging (6.1)", average_in_words(averaged)))
+    final = next((entry for entry in reversed(trainer_state["log_history"]) if "train_runtime" in entry),
+                 None) if trainer_state else None
+    sessions = run.get("sessions", 1)
+    # The run's time when it trained on past the weights' steps (an average of earlier checkpoints).
+    whole = f" (the run's {run['steps']:,} steps)" if trained and run.get("steps", trained[0]) != trained[0] else ""
+    if run.get("training_seconds"):  # the whole run; the Trainer's train_runtime is its last session's only
+        resumed = f", {sessions} sessions (resumed)" if sessions > 1 else ""
+        rows.append(("training time", f"{_duration(run['training_seconds'])}{resumed}{whole}"))
+    elif final:  # a run resumed from a checkpoint saved before the clock counted only its last session
+        last = " (its last session: the time before it was resumed was not recorded)" if sessions > 1 else ""
+        rows.append(("training time", f"{_duration(final['train_runtime'])}{last}"))
+    if final:
+        smoothed = " (label-smoothed)" if args.get("label_smoothing_factor") else ""
+        over = "the run" if sessions == 1 else "its last session"
+        rows.append((f"training loss, mean over {over}", f"{final['train_loss']:.3f}{smoothed}"))
     return rows
 
 

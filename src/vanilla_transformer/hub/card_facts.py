@@ -1,5 +1,6 @@
 """The facts a model card is made from, each file read, written and checked here: what `vanilla-transformer train`
-records of a run ([`RunRecord`], `run_arguments.json`) and the results a card reports ([`CardFacts`]).
+records of a run ([`RunRecord`], `run_arguments.json`), what `average` records of the checkpoints it averaged
+([`averaged_checkpoints`]) and the results a card reports ([`CardFacts`]).
 
 The results (a dict, or a JSON file holding one; by default the run's `card_results.json`, which `vanilla-transformer
 train` writes, else its `test_results.json`, else `eval_results.json`) are either a metrics file as the Trainer writes
@@ -13,7 +14,7 @@ it (`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the 
   and `decoding` (e.g. `"greedy"`, when it differs from the saved generation config). Trainer-prefixed keys such
   as `test_bleu` work too;
 - `source_lang`, `target_lang`: language codes, when the config does not carry them;
-- `datasets`: Hub ids of the training data; `training_data`: a sentence describing it;
+- `datasets`: Hub ids of the training data; `training_data`: the data, described to follow "Data: " in the card;
 - `training`: recipe facts the training arguments do not hold, e.g. `{"max_tokens": 4096}`;
 - `samples`: `[{"source": ..., "reference": ..., "hypothesis": ...}]`;
 - `variants`: the first evaluation's test set scored other ways, shown as a table, e.g.
@@ -23,7 +24,8 @@ it (`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the 
   to the card.
 
 [`read_card_facts`] checks them before anything is loaded: a `ValueError` names the file and the entry the card cannot
-show. [`recorded_run`] gives the card what the run recorded, in its words.
+show. [`recorded_run`] gives the card what the run recorded, in its words, and [`trained_steps`] the steps that made
+the weights.
 """
 
 import json
@@ -40,6 +42,8 @@ RUN_RECORD_FILE = "run_arguments.json"
 CARD_RESULTS_FILE = "card_results.json"
 # The files of a run that record its results, in the order a card without a results file looks for them.
 RUN_RESULT_FILES = (CARD_RESULTS_FILE, "test_results.json", "eval_results.json")
+# What `average` records in the folder of an average: the checkpoints it averaged, with their steps.
+AVERAGED_CHECKPOINTS_FILE = "averaged_checkpoints.json"
 # Trainer metric prefixes, most relevant first, and the split each one names.
 TRAINER_SPLITS = {"test_": "test", "predict_": "test", "eval_": "validation"}
 
@@ -101,8 +105,9 @@ class RunRecord:
 def recorded_run(run_dir: str | os.PathLike) -> dict:
     """What `vanilla-transformer train` recorded of the run in `run_dir` ([`RunRecord`]), as the card shows it:
     `training_data` (the data in words: file names with their pairs, or the Hub dataset with its configuration and
-    split), `datasets` (Hub ids), `source_lang`, `target_lang`, `steps`, `training_seconds` and `sessions` (the whole
-    run, resumes included), `hardware`, and the recorded `arguments`. {} for a folder without the file; a fact the run
+    split, for training, validation and test), `datasets` (Hub ids), `source_lang`, `target_lang`, `steps`, `epochs`,
+    `training_seconds` and `sessions` (the whole run, resumes included: a run stopped early records the steps it
+    trained), `hardware`, and the recorded `arguments`. {} for a folder without the file; a fact the run
     did not record is left out."""
     record = RunRecord.read(run_dir)
     if record is None:
@@ -111,7 +116,7 @@ def recorded_run(run_dir: str | os.PathLike) -> dict:
     pairs = run.pairs or {}
     facts = {name: recorded[name] for name in ("source_lang", "target_lang") if recorded.get(name)}
     facts["arguments"] = dict(recorded)
-    facts.update({name: getattr(run, name) for name in ("steps", "training_seconds", "sessions", "hardware")
+    facts.update({name: getattr(run, name) for name in ("steps", "epochs", "training_seconds", "sessions", "hardware")
                   if getattr(run, name)})
 
     def described(split: str, files: list, dataset: str | None = None) -> str | None:
@@ -127,7 +132,7 @@ def recorded_run(run_dir: str | os.PathLike) -> dict:
 
     if record.demo:
         size = pairs.get("train") or recorded.get("demo_train_size")
-        train = (f"the number-words corpus the package generates ({size:,} training pairs of numbers below "
+        train = (f"the number-words corpus the package generates ({size:,} pairs of numbers below "
                  f"10^{recorded.get('demo_max_digits', 6)})" if size else None)
     elif recorded.get("dataset_name"):
         train = described("train", [], recorded["dataset_name"])
@@ -140,16 +145,74 @@ def recorded_run(run_dir: str | os.PathLike) -> dict:
         if (name := recorded.get(f"{split}_source_file") or recorded.get(f"{split}_file"))
     }
     held_out = [
-        f"{split} {text}" for split in ("validation", "test")
+        f"{text} for {purpose}" for split, purpose in (("validation", "validation"), ("test", "testing"))
         if (text := described(split, [recorded.get(f"{split}_source_file"), recorded.get(f"{split}_target_file"),
                                       recorded.get(f"{split}_file")]))
     ]
-    if train:
+    if train:  # what follows "Data: " in the card, e.g. "`pairs.tsv` (600 sentence pairs), en -> fr, for training."
         languages = (f", {facts['source_lang']} -> {facts['target_lang']}"
                      if facts.get("source_lang") and facts.get("target_lang") else "")
-        facts["training_data"] = f"training {train}{languages}" + "".join(f"; {text}" for text in held_out) + "."
-        facts["training_data"] = facts["training_data"][0].upper() + facts["training_data"][1:]
+        facts["training_data"] = "; ".join([f"{train}{languages}, for training", *held_out]) + "."
     return facts
+
+
+def trained_steps(model_dir: str | os.PathLike, run_dir: str | os.PathLike,
+                  run: dict) -> tuple[int, float | None] | None:
+    """(steps, epochs or None) that made the weights of `model_dir`, from the records, never the planned `max_steps`:
+    for an average ([`averaged_checkpoints`]), its last checkpoint's; else the Trainer state saved with the weights
+    (the model folder's, else the run's); else the steps of the whole run as `train` recorded it (`run`:
+    [`recorded_run`]; a run stopped by SIGTERM has no final Trainer state); else the state of the run's newest
+    checkpoint that has one whole (the Trainer writes it last). None when nothing recorded them."""
+    averaged = averaged_checkpoints(model_dir)
+    if averaged and averaged[-1]["step"] is not None:
+        return averaged[-1]["step"], averaged[-1]["epoch"]
+    run_dir = Path(run_dir)
+    for folder in dict.fromkeys([Path(model_dir), run_dir]):
+        if (state := _read_json(folder / "trainer_state.json")) is not None:
+            return state["global_step"], state.get("epoch")
+    if run.get("steps"):
+        return run["steps"], run.get("epochs")
+    checkpoints = [path for path in run_dir.glob("checkpoint-*") if path.name.removeprefix("checkpoint-").isdigit()]
+    for checkpoint in sorted(checkpoints, key=lambda path: int(path.name.removeprefix("checkpoint-")), reverse=True):
+        try:
+            state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # missing or cut short: an interrupted checkpoint
+            continue
+        return state["global_step"], state.get("epoch")
+    return None
+
+
+# --- averaged_checkpoints.json ----------------------------------------------------------------------------------------
+
+def averaged_checkpoints(model_dir: str | os.PathLike) -> list[dict] | None:
+    """The checkpoints whose average `model_dir` holds, oldest first, as `average` recorded them
+    (`AVERAGED_CHECKPOINTS_FILE`): `{"checkpoint": "checkpoint-300", "step": 300, "epoch": 4.2}` each, the step and
+    epoch None where they were not recorded. None for a folder that is not an average. A `ValueError` names a record
+    that cannot be read."""
+    path = Path(model_dir) / AVERAGED_CHECKPOINTS_FILE
+    try:
+        recorded = _read_json(path)
+    except ValueError as error:
+        raise ValueError(f"{path} is not JSON ({error})") from None
+    if recorded is None:
+        return None
+    checkpoints = recorded.get("checkpoints") if isinstance(recorded, dict) else None
+    if not (isinstance(checkpoints, list) and checkpoints and all(
+            isinstance(entry, dict) and isinstance(entry.get("step"), (int, type(None))) for entry in checkpoints)):
+        raise ValueError(f"{path} does not list the averaged checkpoints (`{{\"checkpoints\": [{{\"step\": ...}}]}}`)")
+    return [{"checkpoint": entry.get("checkpoint"), "step": entry.get("step"), "epoch": entry.get("epoch")}
+            for entry in checkpoints]
+
+
+def average_in_words(checkpoints: list[dict]) -> str:
+    """An average's checkpoints in words: "the mean of the weights of the 3 checkpoints at steps 200, 250 and 300"
+    (named by folder where a step was not recorded)."""
+    known = all(checkpoint["step"] is not None for checkpoint in checkpoints)
+    names = [f"{entry['step']:,}" if known else f"`{entry['checkpoint']}`" for entry in checkpoints]
+    listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+    if len(names) == 1:
+        return f"none: the weights of one checkpoint{' at step ' if known else ', '}{listed}"
+    return f"the mean of the weights of the {len(names)} checkpoints {'at steps ' if known else ''}{listed}"
 
 
 # --- card_results.json -----------------------------------------------------------------------------------------------
@@ -289,12 +352,16 @@ def _json_type(value) -> str:
 
 
 __all__ = [
+    "AVERAGED_CHECKPOINTS_FILE",
     "CARD_RESULTS_FILE",
     "RUN_RECORD_FILE",
     "RUN_RESULT_FILES",
     "CardFacts",
     "RunFacts",
     "RunRecord",
+    "average_in_words",
+    "averaged_checkpoints",
     "read_card_facts",
     "recorded_run",
+    "trained_steps",
 ]

@@ -12,6 +12,7 @@ is built, memory holds the output plus one tensor at a time, and any model's che
 """
 
 import fnmatch
+import json
 import os
 import shutil
 from contextlib import ExitStack
@@ -23,7 +24,8 @@ from safetensors.torch import save_file
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
-from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, complete_checkpoints
+from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, checkpoint_step, complete_checkpoints
+from ..hub.card_facts import AVERAGED_CHECKPOINTS_FILE
 from ..text_files import output_folder
 
 
@@ -75,8 +77,9 @@ def average_checkpoints(
     are summed in float64 and divided at the end, then stored in their own dtype; other tensors are taken from the
     last checkpoint. The last checkpoint's other files (config, generation config, tokenizer, custom code) are
     copied, its optimizer and Trainer state are not, so `AutoModelForSeq2SeqLM.from_pretrained(output_dir)` and
-    `AutoTokenizer.from_pretrained(output_dir)` load the result. An `output_dir` that already holds a model (a
-    `config.json` or weights) has its files replaced only with `force`.
+    `AutoTokenizer.from_pretrained(output_dir)` load the result; `averaged_checkpoints.json` names the checkpoints
+    averaged, with their steps, for the model card (`hub.card_facts.averaged_checkpoints`). An `output_dir` that
+    already holds a model (a `config.json` or weights) has its files replaced only with `force`.
     """
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
@@ -113,8 +116,22 @@ def average_checkpoints(
         for path in sorted(last.iterdir()):
             if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in _NOT_COPIED):
                 shutil.copy2(path, folder / path.name)
+        record = {"checkpoints": [_checkpoint_record(path) for path in checkpoint_dirs]}
+        (folder / AVERAGED_CHECKPOINTS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         save_file(averaged, folder / SAFE_WEIGHTS_NAME, metadata=metadata)
     return output_dir
+
+
+def _checkpoint_record(checkpoint: Path) -> dict:
+    """What the average's record says of one checkpoint: its folder's name, and the step and epoch of its
+    `trainer_state.json` (the step of its name where that file is missing or unreadable)."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = {}
+    state = state if isinstance(state, dict) else {}
+    step = state.get("global_step", checkpoint_step(checkpoint))
+    return {"checkpoint": checkpoint.name, "step": step, "epoch": state.get("epoch")}
 
 
 def _check_same_tensors(checkpoint_dirs: list[Path], files: list) -> None:
