@@ -394,6 +394,20 @@ def test_card_describes_the_recorded_data_in_a_sentence(saved_model, tmp_path, a
     assert data in model_card(saved_model, run_dir=tmp_path).text
 
 
+@pytest.mark.parametrize("argv, license", [([], "apache-2.0"), (["--license", "cc-by-4.0"], "cc-by-4.0")])
+def test_the_license_is_said_to_be_a_choice(saved_model, tmp_path, capsys, argv, license):
+    cli(["model-card", "--model", str(saved_model), *argv, "--out", str(tmp_path / "card.md")])
+
+    card = ModelCard.load(tmp_path / "card.md")
+    assert card.data.license == license
+    assert f"This model is released under the `{license}` license" in card.text
+    assert "the license chosen\nwith `--license` when the card was generated" in card.text
+    assert ("The Python files are the\n`vanilla-transformer` package's code" in card.text) == (license != "apache-2.0")
+    with pytest.raises(SystemExit):
+        cli(["push", "--help"])
+    assert "(default: apache-2.0)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_card_without_samples_invents_no_sentence(saved_model):
     results = {"results": [{"dataset": "Multi30k", "bleu": 30.0}]}
 

@@ -25,7 +25,13 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
         "eval_results.json.",
     )
     parser.add_argument("--run", help="The training run folder, for the recipe and results (default: --model).")
-    parser.add_argument("--license", default="apache-2.0", help="License of the model on the Hub.")
+    parser.add_argument(
+        "--license",
+        default="apache-2.0",
+        metavar="ID",
+        help="The license of the model, a Hub license id (mit, cc-by-4.0, ...): the card's metadata declares it "
+        "and its body says it was chosen with --license (default: apache-2.0).",
+    )
 
 
 def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> dict:

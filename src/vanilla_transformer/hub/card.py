@@ -6,7 +6,7 @@
 ```
 
 Its metadata (languages, license, datasets, a `model-index` with BLEU and chrF) and body (hyper-parameters, recipe,
-results with their sacreBLEU signature, samples, usage, citation) come from the saved config and generation
+results with their sacreBLEU signature, samples, usage, license, citation) come from the saved config and generation
 config, the training run (`trainer_state.json`, the training arguments that the TensorBoard callback logs, what `train`
 recorded: `card_facts.recorded_run`), what `average` recorded of the checkpoints it averaged
 (`card_facts.averaged_checkpoints`) and the evaluation results (`card_facts.CardFacts`), rendered with
@@ -63,7 +63,8 @@ def model_card(
     else its `eval_results.json`. `run_dir` is the training run (default: `model_dir`, where `train` writes both); its
     records give the recipe and the steps of these weights (`card_facts.trained_steps`). Give the results of exactly
     these weights: an averaged model's scores are not those of the run's last checkpoint. `repo_id` ("USER/NAME")
-    goes into the usage examples. Needs the `train` extra (jinja2 renders the template)."""
+    goes into the usage examples, `license` (a Hub license id) into the metadata and the body. Needs the `train`
+    extra (jinja2 renders the template)."""
     require("jinja2", extra="train")
     model_dir = Path(model_dir)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
@@ -104,6 +105,7 @@ def model_card(
         variants=facts.variants or [],
         figures=figures,
         example=repr(samples[0]["source"] if samples else _placeholder_sentence(source_lang)),  # a Python literal
+        license=license,
         citation=PAPER_CITATION,
     )
 
