@@ -819,6 +819,18 @@ def test_card_marks_dropout_the_paper_does_not_have():
     assert rows["attention / ReLU dropout"].startswith("0.1 / 0.2 (not in the paper")
 
 
+@pytest.mark.parametrize("sizes, symbol, value", [
+    ({}, "d_k = d_v", "8"),  # d_model 32 / h 4
+    ({"d_k": 4, "d_v": 8}, "d_k / d_v", "4 / 8"),  # Table 3 row (B)'s shape
+    ({"d_k": 16, "d_v": 16}, "d_k = d_v", "16"),
+    ({"decoder_attention_heads": 2}, "d_k = d_v", "8 (encoder), 16 (decoder)"),
+])
+def test_card_gives_the_head_sizes_the_model_has(sizes, symbol, value):
+    rows = {name: (symbol, value) for name, symbol, value in
+            _architecture_rows(VanillaTransformerConfig.from_preset("tiny", **sizes))}
+    assert rows["key / value size per head"] == (symbol, value)
+
+
 @pytest.mark.parametrize("training, row", [
     ({}, None),
     ({"bpe_dropout": None}, None),

@@ -226,7 +226,7 @@ def _architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str,
         ("layers", "N", pair(config.encoder_layers, config.decoder_layers)),
         ("model width", "d_model", f"{config.d_model}"),
         ("attention heads", "h", pair(config.encoder_attention_heads, config.decoder_attention_heads)),
-        ("key / value size per head", "d_k = d_v", f"{config.d_model // config.encoder_attention_heads}"),
+        _head_sizes_row(config),
         ("feed-forward inner size", "d_ff", pair(config.encoder_ffn_dim, config.decoder_ffn_dim)),
         ("residual dropout", "P_drop", f"{config.dropout:g}"),
         ("attention / ReLU dropout", "", attention_relu_dropout),
@@ -237,6 +237,16 @@ def _architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str,
         ("vocabulary", "", f"{config.vocab_size:,} tokens, shared by both languages"),
         ("parameters", "", f"{num_parameters:,}"),
     ]
+
+
+def _head_sizes_row(config: VanillaTransformerConfig) -> tuple[str, str, str]:
+    """The card's row of the query/key and value sizes per head (section 3.2.2): one number where they are equal, as
+    in the paper's base and big models; both where a config sets them apart (Table 3 row (B))."""
+    sizes = [config.head_sizes(heads) for heads in (config.encoder_attention_heads, config.decoder_attention_heads)]
+    equal = all(d_k == d_v for d_k, d_v in sizes)
+    words = [f"{d_k}" if equal else f"{d_k} / {d_v}" for d_k, d_v in sizes]
+    text = words[0] if sizes[0] == sizes[1] else f"{words[0]} (encoder), {words[1]} (decoder)"
+    return "key / value size per head", "d_k = d_v" if equal else "d_k / d_v", text
 
 
 def _decoding(model_dir: Path) -> dict | None:
