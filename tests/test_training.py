@@ -1175,3 +1175,65 @@ def test_patience_needs_validation(flags, message, corpus, tokenizer_dir, tmp_pa
     with pytest.raises(SystemExit) as exit:
         main(train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", *flags))
     assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+# --- What stops a run: a diverging loss, changed data, an output folder that cannot be written ------------------------
+
+
+def run_train(how: str, argv: list[str], capsys) -> tuple[int, str]:
+    """The exit status and standard error of `train` run `how`: "console script", the installed command in a process of
+    its own (skipped where it is not installed beside this Python), or "main", the same entry point in this process
+    (a few seconds where the process takes tens, importing torch and transformers on 2 busy cores)."""
+    from vanilla_transformer.cli.main import main
+
+    if how == "main":
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        return exit_info.value.code, capsys.readouterr().err
+    command = Path(sys.executable).with_name("vanilla-transformer")
+    if not command.exists():
+        pytest.skip("the console script is not installed next to this Python")
+    result = subprocess.run([str(command), *argv], capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stderr
+
+
+BOTH_WAYS = pytest.mark.parametrize("how", ["main", pytest.param("console script", marks=pytest.mark.slow)])
+
+
+@BOTH_WAYS
+def test_a_diverging_run_stops_in_one_line_naming_the_step_and_its_last_finite_checkpoint(how, corpus, tokenizer_dir,
+                                                                                         tmp_path, capsys):
+    """A rate of 1e6 makes the loss NaN from step 3: the command stops there (exit status 3), names the step and
+    checkpoint-2, and leaves no checkpoint or model of non-finite weights."""
+    from vanilla_transformer.training.checkpoints import COMPLETE
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "8", "--save_steps", "2",
+                         "--learning_rate", "1e6", "--warmup_steps", "1")
+    status, err = run_train(how, argv, capsys)
+    assert status == 3, err[-3000:]
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "vanilla-transformer train: error: training diverged and stopped at step 3: the training loss logged at step 3 "
+        f"is nan (finite when last logged, at step 2); {run / 'checkpoint-2'} is the newest checkpoint, with finite "
+        "weights")
+    assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert (run / "checkpoint-2" / COMPLETE).is_file() and not (run / "model.safetensors").exists()
+    assert all(tensor.isfinite().all() for tensor in final_weights(run / "checkpoint-2").values())
+
+
+def test_between_logs_the_weights_are_checked_before_each_checkpoint(corpus, tokenizer_dir, tmp_path, capsys):
+    """Logging every 50 steps, the loss is not read before step 50; the weights are, before each checkpoint: the one
+    due at step 3, after the first update from a NaN loss, is not written, and the run stops there."""
+    from vanilla_transformer.training.checkpoints import COMPLETE
+
+    run = tmp_path / "run"
+    argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "8", "--save_steps", "1",
+                         "--learning_rate", "1e6", "--warmup_steps", "1", "--logging_steps", "50")
+    status, err = run_train("main", argv, capsys)
+    assert status == 3 and err.splitlines()[-1] == (
+        "vanilla-transformer train: error: training diverged and stopped at step 3: the weights are not finite at "
+        f"step 3; {run / 'checkpoint-2'} is the newest checkpoint, with finite weights")
+    assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert all((run / name / COMPLETE).is_file() for name in ("checkpoint-1", "checkpoint-2"))
+

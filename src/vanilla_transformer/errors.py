@@ -27,6 +27,12 @@ class Preempted(Exception):
         self.signal_number = signal_number
 
 
+class TrainingDiverged(Exception):
+    """Not a mistake in what was given but a run gone wrong: its training loss, or its weights, stopped being finite,
+    and training stopped there; printed as one line that names the step and the newest checkpoint with finite
+    weights, exit status 3."""
+
+
 class InputTooLongError(RuntimeError):
     """A source or output longer than the position table an `export-ct2` or `export-onnx` folder stores (its
     `--max-positions`); raised by the `ct2` and `onnx` backends."""
@@ -115,6 +121,7 @@ __all__ = [
     "NotExportedError",
     "OneLineErrors",
     "Preempted",
+    "TrainingDiverged",
     "UserError",
     "describe",
     "user_errors",

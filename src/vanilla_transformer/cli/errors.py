@@ -1,12 +1,12 @@
 """How the command line words what stops a command: a `UserError` or a missing extra as one line,
-`vanilla-transformer COMMAND: error: ...`, exit status 2; Ctrl-C and a handled signal as one line with the signal's
-exit status; a push that the Hub refuses or the network drops as a `UserError`. Any other exception is a bug and keeps
-its traceback."""
+`vanilla-transformer COMMAND: error: ...`, exit status 2; a training run that diverged as one such line, exit status 3;
+Ctrl-C and a handled signal as one line with the signal's exit status; a push that the Hub refuses or the network
+drops as a `UserError`. Any other exception is a bug and keeps its traceback."""
 
 import contextlib
 import sys
 
-from ..errors import Preempted, UserError, describe
+from ..errors import Preempted, TrainingDiverged, UserError, describe
 from ..extras import MissingExtraError
 from ..hub.reachability import is_network_error, network_reason
 
@@ -20,6 +20,9 @@ def one_line_errors(name: str):
     except (UserError, MissingExtraError) as error:  # one line, not a traceback
         print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except TrainingDiverged as error:  # not the user's mistake, and no bug: the run's loss stopped being finite
+        print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
+        sys.exit(3)
     except KeyboardInterrupt as interrupt:  # its message, where a command gives one, says how to continue
         print(f"vanilla-transformer {name}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         sys.exit(130)

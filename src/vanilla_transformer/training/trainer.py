@@ -28,6 +28,7 @@ from transformers.trainer_utils import seed_worker
 from .batch_samplers import ResegmentedTokenBatchSampler, TokenBatchSampler
 from .arguments import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
+from .divergence import StopOnNonFiniteLoss
 from ..inference.metrics import score_translations
 from .tokenization import BPEDropout
 
@@ -144,13 +145,17 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     when that is above 0: token ids are checked on the CPU, and the training step does not wait for the device to
     check them.
     Each checkpoint is marked complete once written (`checkpoints.MarkCompleteCheckpoints`), so that one cut short
-    by a kill is never resumed from or averaged. Resuming reports the checkpoint's missing weights but not the copies
+    by a kill is never resumed from or averaged. A loss that stops being finite stops training, and `train()` raises
+    `errors.TrainingDiverged` (`divergence.StopOnNonFiniteLoss`). Resuming reports the checkpoint's missing weights but not the copies
     of the shared embedding, which a checkpoint stores once (`untied_missing_keys`)."""
 
     def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None,
                  validation_decoding: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.add_callback(MarkCompleteCheckpoints)  # after the callbacks given, which may decide to save
+        # After the callbacks given, which may decide to save: a save of non-finite weights is cancelled, then marked.
+        self.divergence = StopOnNonFiniteLoss()
+        self.add_callback(self.divergence)
+        self.add_callback(MarkCompleteCheckpoints)
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self.validation_decoding = validation_decoding or {}
@@ -158,6 +163,11 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         if self.compute_loss_func is None and self.args.label_smoothing_factor > 0:
             # The same loss as the Trainer's LabelSmoother, in torch's fused kernel.
             self.compute_loss_func = label_smoothed_cross_entropy(self.args.label_smoothing_factor)
+
+    def train(self, *args, **kwargs):
+        result = super().train(*args, **kwargs)
+        self.divergence.raise_if_diverged(self.args.output_dir)
+        return result
 
     def _issue_warnings_after_load(self, load_result):
         # The Trainer's report of a checkpoint loaded to resume from, which would list the tied copies as missing.
