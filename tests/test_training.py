@@ -1237,3 +1237,67 @@ def test_between_logs_the_weights_are_checked_before_each_checkpoint(corpus, tok
     assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     assert all((run / name / COMPLETE).is_file() for name in ("checkpoint-1", "checkpoint-2"))
 
+
+def read_only_command(folder: Path, command: list[str]) -> list[str]:
+    """`command` run where `folder` cannot be written. Not root: `folder` made 0o555. Root, whom permission bits do
+    not stop: `folder` bind-mounted read-only over itself in a mount namespace of the command's own (`unshare -m`;
+    the mount goes when the command ends); the test is skipped where that is not allowed."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return command
+    make_read_only = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; shift; exec "$@"'
+    wrapped = ["unshare", "--mount", "sh", "-c", make_read_only, "sh", str(folder)]
+    probe = subprocess.run([*wrapped, "sh", "-c", f"! touch {folder}/probe 2>/dev/null"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no read-only bind mount here (unshare and mount: {probe.stderr.decode()[-200:]!r})")
+    return [*wrapped, *command]
+
+
+@BOTH_WAYS
+def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_work(how, corpus, tokenizer_dir, tmp_path,
+                                                                              capsys, monkeypatch):
+    """`train --output-dir ro/run` with ro/ read-only: one line naming the folder, status 2, nothing written. The
+    console script meets a real read-only folder (`read_only_command`); in this process, ro/ is 0o555 and os.access
+    answers for it as it answers any user but root, whom permission bits do not stop."""
+    import vanilla_transformer.training.output_folder as output_folder
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    argv = train_command(tmp_path, corpus, tokenizer_dir, read_only / "run", "--max_steps", "2")
+    if how == "main":
+        read_only.chmod(0o555)
+        access = os.access
+        monkeypatch.setattr(output_folder.os, "access", lambda path, mode: Path(path) != read_only and access(
+            path, mode))
+        status, err = run_train(how, argv, capsys)
+        why = "is not writable (permission denied)"
+    else:
+        command = read_only_command(read_only, [str(Path(sys.executable).with_name("vanilla-transformer")), *argv])
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        status, err = result.returncode, result.stderr
+        why = "is not writable (permission denied)" if os.geteuid() else "is on a read-only file system"
+    assert status == 2 and "Traceback" not in err, err[-3000:]
+    assert err.splitlines()[-1] == (
+        f"vanilla-transformer train: error: --output-dir {read_only / 'run'} cannot be written: {read_only} {why}")
+    assert list(read_only.iterdir()) == []
+
+
+def test_a_write_the_output_folder_refuses_after_the_checks_is_one_line(corpus, tokenizer_dir, tmp_path, capsys,
+                                                                        monkeypatch):
+    """A folder that passes the check but refuses the first write (a network file system's rules, a mount made
+    read-only since): simulated by making the output folder's creation fail with EROFS, as a read-only mount does."""
+    import errno
+    import pathlib
+
+    run = tmp_path / "run"
+    mkdir = pathlib.Path.mkdir
+
+    def read_only_mkdir(self, *args, **kwargs):
+        if self == run:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", read_only_mkdir)
+    status, err = run_train("main", train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "2"), capsys)
+    assert status == 2 and err.splitlines()[-1] == (
+        f"vanilla-transformer train: error: --output-dir {run} cannot be written: {run}: read-only file system")

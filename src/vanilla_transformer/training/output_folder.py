@@ -1,7 +1,8 @@
 """The run's output folder: what shows that it holds a run, the checks before a run writes into it, deleting an old
-run or the checkpoints a kill cut short, and a disk that refuses a write."""
+run or the checkpoints a kill cut short, and a disk or a folder that refuses a write."""
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -12,7 +13,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..hub.card_facts import RUN_RECORD_FILE
 from ..disk import disk_message, disk_problem
-from ..errors import UserError, user_errors
+from ..errors import UserError, describe, user_errors
 from .checkpoints import (
     checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
     weights_problem,
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 # What shows that a folder holds a run (with its checkpoint-<step> folders), and what --overwrite-output-dir deletes:
 # those, the Trainer's arguments, the results, the TensorBoard logs and the run's record.
 RUN_MARKERS = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, TRAINER_STATE_NAME)
+# What a folder that refuses every write (a read-only mount, no permission) raises.
+REFUSED_WRITE_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 RUN_FILES = (*RUN_MARKERS, "model-*-of-*.safetensors", TRAINING_ARGS_NAME, "*_results.json", "runs", RUN_RECORD_FILE)
 
 
@@ -35,6 +38,7 @@ def check_output_dir(recipe_args, training_args) -> None:
     output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
     if output_dir.exists() and not output_dir.is_dir():
         raise UserError(f"--output-dir {output_dir} is a file, not a folder")
+    check_writable(output_dir)
     if training_args.process_index == 0:  # the process that will hold the lock (run_lock.py)
         with user_errors(FolderInUseError):
             check_unlocked(output_dir)
@@ -55,6 +59,35 @@ def check_output_dir(recipe_args, training_args) -> None:
             f"--output-dir {output_dir} holds a run ({', '.join(run[:3])}{', ...' if len(run) > 3 else ''}); pass "
             "--overwrite-output-dir to replace it, --resume-from-checkpoint to continue it, or choose another folder"
         )
+
+
+def check_writable(output_dir: Path) -> None:
+    """A `UserError` naming the folder when `output_dir`, or the folder it would be made in, cannot be written: on a
+    read-only file system, or without the permission (os.access, which also says so to root on a read-only mount)."""
+    folder = output_dir.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    read_only = hasattr(os, "statvfs") and os.statvfs(folder).f_flag & os.ST_RDONLY
+    why = "is on a read-only file system" if read_only else "is not writable (permission denied)"
+    raise UserError(f"--output-dir {output_dir} cannot be written: {folder} {why}")
+
+
+@contextlib.contextmanager
+def refused_writes(output_dir: str | os.PathLike):
+    """A write into `output_dir` (or the making of it) that the folder refuses, on a read-only file system or without
+    the permission, as a `UserError` naming the folder: what `check_writable` could not foresee (a mount made
+    read-only during the run, a network file system's own rules)."""
+    try:
+        yield
+    except OSError as error:
+        folder, filename = Path(output_dir).absolute(), error.filename
+        written = Path(os.fsdecode(filename)).absolute() if isinstance(filename, (str, bytes, os.PathLike)) else None
+        if error.errno not in REFUSED_WRITE_ERRNOS or written is None or not (
+                written == folder or folder in written.parents or written in folder.parents):
+            raise
+        raise UserError(f"--output-dir {output_dir} cannot be written: {describe(error)}") from error
 
 
 def check_resumed_checkpoint(checkpoint: Path, weights_only: bool = False) -> None:

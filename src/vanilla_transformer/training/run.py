@@ -24,7 +24,9 @@ from .build import (
 )
 from .checks import check_arguments, check_new_model
 from .checkpoints import newest_complete_checkpoint
-from .output_folder import check_output_dir, disk_errors, remove_incomplete_checkpoints, remove_old_run
+from .output_folder import (
+    check_output_dir, disk_errors, refused_writes, remove_incomplete_checkpoints, remove_old_run,
+)
 from .parsing import RunArguments, parse_arguments
 from .profile import PAPER_PROFILE, RunProfile
 from .report import (
@@ -71,6 +73,7 @@ def train(arguments: RunArguments, given: list[str], preemption: SaveOnSignal, p
     set_seed(training_args.seed)
     splits, callbacks = check_and_load(arguments)
     callbacks = [*(callbacks or []), preemption, progress]
+    held.enter_context(refused_writes(training_args.output_dir))
     if training_args.process_index == 0:  # one run per output folder, from here to the end
         with user_errors(FolderInUseError):
             held.enter_context(run_lock(training_args.output_dir))
