@@ -1238,6 +1238,44 @@ def test_between_logs_the_weights_are_checked_before_each_checkpoint(corpus, tok
     assert all((run / name / COMPLETE).is_file() for name in ("checkpoint-1", "checkpoint-2"))
 
 
+@BOTH_WAYS
+def test_a_resume_over_changed_training_data_is_refused_unless_asked_for(how, corpus, tokenizer_dir, tmp_path, capsys,
+                                                                        caplog):
+    """The run records each training file's size, lines and first MiB; resuming after the file grew is refused in
+    one line naming it (`how`: the command that refuses), --resume-on-changed-data continues (and records the data it
+    now trains on), and a run recorded before fingerprints were (no `data_fingerprints`) resumes as it did."""
+    from vanilla_transformer.cli.main import main
+
+    run = tmp_path / "run"
+    main(train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "4", "--save_steps", "2"))
+    pairs, record = tmp_path / "pairs.tsv", run / "run_arguments.json"
+    assert json.loads(record.read_text())["data_fingerprints"][str(pairs)]["lines"] == 600
+    with pairs.open("a", encoding="utf-8") as file:
+        file.write("".join(f"{pair['en']}\t{pair['fr']}\n" for pair in corpus["train"]["translation"][:40]))
+    recorded = record.read_text()
+    resume = ["train", "--resume_from_checkpoint", str(run / "checkpoint-2"), "--max_steps", "6", "--disable_tqdm",
+              "true"]
+    status, err = run_train(how, resume, capsys)
+    assert status == 2 and err.splitlines()[-1] == (
+        f"vanilla-transformer train: error: {pairs} changed since the run trained on it (600 -> 640 lines): exact "
+        "resume is impossible on other data; pass --resume-on-changed-data to continue anyway")
+    assert record.read_text() == recorded  # nothing written
+
+    with caplog.at_level("WARNING", logger="vanilla_transformer.training"):
+        main([*resume, "--resume-on-changed-data"])
+    assert f"{pairs} changed since the run trained on it (600 -> 640 lines): --resume-on-changed-data" in caplog.text
+    assert json.loads(record.read_text())["data_fingerprints"][str(pairs)]["lines"] == 640
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 6
+
+    # A record without fingerprints, as runs trained before them have: resumed as before, the data unchecked.
+    pairs.write_text(pairs.read_text(encoding="utf-8") * 2, encoding="utf-8")
+    record.write_text(json.dumps({name: value for name, value in json.loads(recorded).items()
+                                  if name != "data_fingerprints"}))
+    main(["train", "--resume_from_checkpoint", str(run / "checkpoint-6"), "--max_steps", "7", "--save_steps", "7",
+          "--disable_tqdm", "true"])
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 7
+
+
 def read_only_command(folder: Path, command: list[str]) -> list[str]:
     """`command` run where `folder` cannot be written. Not root: `folder` made 0o555. Root, whom permission bits do
     not stop: `folder` bind-mounted read-only over itself in a mount namespace of the command's own (`unshare -m`;

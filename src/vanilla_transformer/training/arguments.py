@@ -133,6 +133,11 @@ class RecipeArguments:
                                          "generator state, with what it holds: the run will not match an "
                                          "uninterrupted one. Without it such a checkpoint is refused."}
     )
+    resume_on_changed_data: bool = field(
+        default=False, metadata={"help": "Resume although a training file changed since the run trained on it (its "
+                                         "size, lines or first MiB): the run will not match an uninterrupted one. "
+                                         "Without it such a resume is refused."}
+    )
 
 
 # Sections 5.3-5.4 as `Seq2SeqTrainingArguments` fields. Residual dropout (P_drop = 0.1) lives in the model config.

@@ -18,7 +18,7 @@ from .arguments import (
 )
 from .profile import PAPER_PROFILE, RunProfile
 from .resume import MODEL_SIZE_FLAGS, resume_checkpoint
-from .run_record import check_resumed_flags, recorded_run
+from .run_record import DATA_FINGERPRINTS, check_resumed_flags, recorded_run
 
 
 class RunArguments(NamedTuple):
@@ -58,7 +58,8 @@ def parse_arguments(argv: list[str] | None = None, profile: RunProfile = PAPER_P
     flags = given_flags(argv)
     checkpoint = resume_checkpoint(argv)
     record = recorded_run(checkpoint) if checkpoint else None
-    recorded = record.arguments if record is not None else {}
+    recorded = {name: value for name, value in (record.arguments if record is not None else {}).items()
+                if name != DATA_FINGERPRINTS}
     parser.set_defaults(**profile.defaults)
     if not torch.cuda.is_available():
         parser.set_defaults(**profile.no_cuda_defaults)

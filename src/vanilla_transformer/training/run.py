@@ -35,7 +35,7 @@ from .report import (
 )
 from .resume import check_resumed_model, how_to_continue, resolve_resume, resume_checkpoint, unfinished_run
 from .run_lock import FolderInUseError, run_lock
-from .run_record import record_arguments, record_training_time
+from .run_record import check_data_unchanged, data_fingerprints, record_arguments, record_training_time
 from .callbacks import Patience, SaveOnSignal, TrainingClock, TrainingProgress, TrainingTimeBudget
 from .trainer import paper_learning_rate
 
@@ -71,7 +71,7 @@ def train(arguments: RunArguments, given: list[str], preemption: SaveOnSignal, p
     done in `progress`, and the output folder's lock held in `held` (by the first process) until `main` returns."""
     model_args, data_args, recipe_args, training_args, profile = arguments
     set_seed(training_args.seed)
-    splits, callbacks = check_and_load(arguments)
+    splits, callbacks, fingerprints = check_and_load(arguments)
     callbacks = [*(callbacks or []), preemption, progress]
     held.enter_context(refused_writes(training_args.output_dir))
     if training_args.process_index == 0:  # one run per output folder, from here to the end
@@ -85,7 +85,7 @@ def train(arguments: RunArguments, given: list[str], preemption: SaveOnSignal, p
 
     if training_args.process_index == 0:
         remove_incomplete_checkpoints(training_args.output_dir)
-        record_arguments(arguments, splits)
+        record_arguments(arguments, splits, fingerprints)
 
     tokenizer = build_tokenizer(model_args, splits["train"], data_args, training_args)
     model = build_model(model_args, data_args, tokenizer, training_args.resume_from_checkpoint)
@@ -141,8 +141,9 @@ def interruption(output_dir: str, given: list[str], progress: TrainingProgress) 
 
 
 def check_and_load(arguments: RunArguments):
-    """Every flag, folder and data file, checked before anything is written; the data is loaded to be checked. Returns
-    the splits and the Trainer's callbacks."""
+    """Every flag, folder and data file, checked before anything is written; the data is loaded to be checked, and a
+    resumed run's training files compared with those it trained on. Returns the splits, the Trainer's callbacks and
+    the fingerprints of the training files (`run_record.data_fingerprints`)."""
     model_args, data_args, recipe_args, training_args, profile = arguments
     check_output_dir(recipe_args, training_args)
     if training_args.resume_from_checkpoint:
@@ -156,6 +157,9 @@ def check_and_load(arguments: RunArguments):
     if model_args.model_name_or_path:
         check_tokenizer_fits(model_args.model_name_or_path, model_args.tokenizer_name)
     check_arguments(arguments)
+    fingerprints = data_fingerprints(data_args)
+    if training_args.resume_from_checkpoint:
+        check_data_unchanged(training_args.resume_from_checkpoint, fingerprints, recipe_args.resume_on_changed_data)
     splits = load_data(data_args, profile, training_args.seed)
     with user_errors(ValueError):
         callbacks = [TrainingTimeBudget(minutes)] if (minutes := recipe_args.max_train_minutes) is not None else []
@@ -167,5 +171,5 @@ def check_and_load(arguments: RunArguments):
         require("tensorboard", extra="train")
     if "test" in splits:  # for the model card
         require("jinja2", extra="train")
-    return splits, callbacks
+    return splits, callbacks, fingerprints
 

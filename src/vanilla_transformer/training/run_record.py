@@ -1,7 +1,10 @@
 """What `train` records of a run in its output folder (`hub.card_facts.RunRecord`, `run_arguments.json`): the
-arguments a resumed run takes from the run it continues, and the facts the model card reports of it; and the check
-that a resumed run's flags do not contradict them."""
+arguments a resumed run takes from the run it continues, a fingerprint of each training file, and the facts the model
+card reports of it; and the checks that a resumed run's flags and training files do not contradict them."""
 
+import gzip
+import hashlib
+import logging
 import os
 from pathlib import Path
 
@@ -30,8 +33,17 @@ KEPT_ON_RESUME = (
     "test_file", "max_eval_samples", "attn_implementation", "cpu_speedups", "report_to", "use_cpu",
     "pad_to_multiple_of",
 )
+# The training files, fingerprinted under `DATA_FINGERPRINTS` in the record: each one's size, its lines (of the text
+# a .gz file holds) and the SHA-256 of its first `FINGERPRINT_HEAD` bytes as stored. A resumed run on other data would
+# not be the run its checkpoint continues.
+TRAINING_FILES = ("source_file", "target_file", "train_file")
+DATA_FINGERPRINTS = "data_fingerprints"
+FINGERPRINT_HEAD = 2**20
 PATH_ARGUMENTS = ("model_name_or_path", "tokenizer_name", *(name for name in FIXED_ON_RESUME + KEPT_ON_RESUME
                                                            if name.endswith("_file")))
+
+
+logger = logging.getLogger(__name__)
 
 
 def recorded_run(checkpoint: str) -> RunRecord | None:
@@ -41,10 +53,10 @@ def recorded_run(checkpoint: str) -> RunRecord | None:
         return RunRecord.read(Path(checkpoint).parent)
 
 
-def record_arguments(arguments, splits=None) -> None:
-    """Record in the output folder what a resumed run takes from this one (`arguments`, a `parsing.RunArguments`)
-    and, given the `splits`, what the model card reports of it (`run_facts`). Paths are absolute, so that the run
-    resumes from any folder."""
+def record_arguments(arguments, splits=None, fingerprints: dict | None = None) -> None:
+    """Record in the output folder what a resumed run takes from this one (`arguments`, a `parsing.RunArguments`),
+    the `fingerprints` of its training files (`data_fingerprints`) and, given the `splits`, what the model card reports
+    of it (`run_facts`). Paths are absolute, so that the run resumes from any folder."""
     training_args = arguments.training
     values = {}
     for name in FIXED_ON_RESUME + KEPT_ON_RESUME:
@@ -53,6 +65,8 @@ def record_arguments(arguments, splits=None) -> None:
         if name in PATH_ARGUMENTS and value and Path(value).exists():
             value = str(Path(value).resolve())
         values[name] = getattr(value, "value", value)  # the Trainer's enums as their names
+    if fingerprints:
+        values[DATA_FINGERPRINTS] = fingerprints
     before = RunRecord.read(training_args.output_dir)
     facts = before.facts if before is not None else RunFacts()
     if splits is not None:
@@ -115,3 +129,50 @@ def check_resumed_flags(arguments, recorded: dict, flags: set[str], checkpoint: 
                 f"trained with {flag} {before} ({Path(checkpoint).parent / RUN_RECORD_FILE}); leave the flag out to "
                 "continue the run as it was" + (", or pass --overwrite-output-dir to replace it" if continued else "")
             )
+
+
+def data_fingerprints(data_args) -> dict[str, dict]:
+    """The fingerprint of each training file of `data_args` (`TRAINING_FILES`), by absolute path: {} for the demo and
+    a Hub dataset. A file that cannot be read is a `UserError` naming it."""
+    found = {}
+    for name in TRAINING_FILES:
+        if (path := getattr(data_args, name, None)) and Path(path).is_file():
+            with user_errors(OSError, EOFError, path=path):
+                found[str(Path(path).resolve())] = fingerprint(path)
+    return found
+
+
+def fingerprint(path: str | os.PathLike) -> dict:
+    """`path`'s size in bytes, its lines (read as gzip when its name ends in `.gz`, as the data loaders read it; a last
+    line without its newline counts) and the SHA-256 of its first `FINGERPRINT_HEAD` bytes as stored."""
+    with open(path, "rb") as file:
+        head = hashlib.sha256(file.read(FINGERPRINT_HEAD)).hexdigest()
+    lines, last = 0, b"\n"
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as file:
+        while chunk := file.read(2**24):
+            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+    return dict(bytes=Path(path).stat().st_size, lines=lines + (last != b"\n"), head_sha256=head)
+
+
+def check_data_unchanged(checkpoint: str, fingerprints: dict[str, dict], changed_data: bool = False) -> None:
+    """A `UserError` naming the first training file whose `fingerprints` differ from those the run that `checkpoint`
+    belongs to recorded, and what changed; with `changed_data` (--resume-on-changed-data) a warning instead. A run
+    recorded without fingerprints (an older release), and a file the record does not fingerprint, are not checked."""
+    record = recorded_run(checkpoint)
+    recorded = (record.arguments.get(DATA_FINGERPRINTS) if record is not None else None) or {}
+    for path, before in recorded.items():
+        now = fingerprints.get(path)
+        if now is None or now == before:
+            continue
+        if now["lines"] != before.get("lines"):
+            change = f"{before.get('lines')} -> {now['lines']} lines"
+        elif now["bytes"] != before.get("bytes"):
+            change = f"{before.get('bytes'):,} -> {now['bytes']:,} bytes"
+        else:
+            change = f"other bytes in its first {FINGERPRINT_HEAD // 2**20} MiB"
+        if changed_data:
+            logger.warning("%s changed since the run trained on it (%s): --resume-on-changed-data continues the run "
+                           "on it, which an uninterrupted run would not have seen", path, change)
+            continue
+        raise UserError(f"{path} changed since the run trained on it ({change}): exact resume is impossible on other "
+                        "data; pass --resume-on-changed-data to continue anyway")
