@@ -280,32 +280,6 @@ def test_a_tokenizer_that_does_not_fit_its_model_is_named_in_one_line(command, m
     assert not any((tmp_path / name).exists() for name in ("plot.png", "ct2", "onnx", "run", "staged"))
 
 
-@pytest.mark.parametrize("value, problem", [
-    ('"big"', "Field 'd_model' expected int, got str (value: 'big')"),
-    ("-4", "`d_model` must be a positive integer, got -4."),
-])
-@pytest.mark.parametrize("command", ["translate", "plot-attention", "export-ct2", "train", "push"])
-def test_a_config_value_of_the_wrong_type_is_named_in_one_line(command, value, problem, saved_model, tmp_path, capsys,
-                                                               no_hub):
-    for text in ("src.txt", "ref.txt"):
-        (tmp_path / text).write_text("one\n")
-    (tmp_path / "pairs.tsv").write_text("one\tun\n")
-    config = saved_model / "config.json"
-    config.write_text(re.sub(r'"d_model": \d+', f'"d_model": {value}', config.read_text()))
-    err = run_main([command, *model_command_arguments(command, saved_model, tmp_path)], capsys)
-    assert err == f"vanilla-transformer {command}: error: {config}: {problem}\n"
-
-
-def test_console_script_names_a_config_value_of_the_wrong_type(saved_model, tmp_path):
-    config = saved_model / "config.json"
-    config.write_text(re.sub(r'"d_model": \d+', '"d_model": "big"', config.read_text()))
-    result = subprocess.run([Path(sys.executable).with_name("vanilla-transformer"), "translate", "--model",
-                             saved_model], input=b"one\n", capture_output=True)
-    assert result.returncode == 2 and result.stdout == b""
-    assert result.stderr.decode() == (f"vanilla-transformer translate: error: {config}: Field 'd_model' expected int, "
-                                      "got str (value: 'big')\n")
-
-
 def test_a_tokenizer_with_other_special_ids_is_named_in_one_line(model_with_a_larger_tokenizer, capsys):
     import json
 
