@@ -1339,3 +1339,22 @@ def test_a_write_the_output_folder_refuses_after_the_checks_is_one_line(corpus, 
     status, err = run_train("main", train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "2"), capsys)
     assert status == 2 and err.splitlines()[-1] == (
         f"vanilla-transformer train: error: --output-dir {run} cannot be written: {run}: read-only file system")
+
+
+@pytest.mark.slow  # the console script
+def test_a_full_datasets_cache_is_one_line_naming_the_cache(corpus, tokenizer_dir, tmp_path):
+    """HF_DATASETS_CACHE on a full disk (a 8 KiB tmpfs in a mount namespace of the command's own): one line naming
+    the cache folder and its free space, not the run's folder or a bare errno."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    argv = train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "2")
+    mount_tmpfs = 'mount -t tmpfs -o size=8k tmpfs "$1" || exit 97; shift; exec "$@"'
+    command = ["unshare", "--mount", "sh", "-c", mount_tmpfs, "sh", str(cache),
+               str(Path(sys.executable).with_name("vanilla-transformer")), *argv]
+    if os.geteuid() != 0 or subprocess.run(command[:7] + ["true"], capture_output=True).returncode != 0:
+        pytest.skip("no tmpfs mount in a mount namespace here (unshare and mount need root)")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "HF_DATASETS_CACHE": str(cache)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        f"vanilla-transformer train: error: cannot write in {cache}: no space left on its device (0.0 MiB free)")

@@ -6,6 +6,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..disk import write_errors
 from ..errors import user_errors
 from .cpu_speedups import CPUSeq2SeqTrainer, keep_freed_memory
 from .data import default_num_proc, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
@@ -17,9 +18,19 @@ from .trainer import (
 
 def load_data(data_args, profile, seed: int) -> dict:
     """The `train` split and optional `validation` / `test` splits of the run, as `translation` pair datasets:
-    `profile`'s (a `profile.RunProfile`). A file the data loaders refuse is a `UserError` naming its file and line."""
-    with user_errors(ValueError, OSError, EOFError):
+    `profile`'s (a `profile.RunProfile`). A file the data loaders refuse is a `UserError` naming its file and line;
+    a full disk under the datasets cache, one naming the cache and its free space."""
+    with user_errors(ValueError, OSError, EOFError), datasets_cache_errors():
         return profile.load_data(data_args, seed)
+
+
+def datasets_cache_errors():
+    """A write that the disk refuses in the datasets cache (`HF_DATASETS_CACHE`, where `datasets` writes the splits it
+    loads and tokenizes) as a `UserError` naming the cache folder and its free space: it is often on another disk
+    than the run's output folder."""
+    from datasets import config
+
+    return write_errors(config.HF_DATASETS_CACHE)
 
 
 def build_tokenizer(model_args, train_pairs, data_args, training_args):
@@ -138,7 +149,8 @@ def tokenize_splits(splits, tokenizer, data_args, training_args) -> dict:
         other=tokenize_pairs(*languages),
     )
     num_proc = data_args.preprocessing_num_workers or default_num_proc(len(splits["train"]))
-    with training_args.main_process_first(desc="tokenizing"), single_threaded_tokenizers(num_proc):
+    with (training_args.main_process_first(desc="tokenizing"), single_threaded_tokenizers(num_proc),
+          datasets_cache_errors()):
         tokenized = {
             name: split.map(tokenize["train" if name == "train" else "other"], batched=True,
                             remove_columns=split.column_names, desc=f"tokenizing {name}",
