@@ -169,3 +169,18 @@ def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
     assert "hundred" in first["source"] and "thousand" not in first["source"] and "thousand" in second["source"]
     readme = (out / "README.md").read_text()
     assert "below 1,000, seen in training (550 sentences)" in readme and "held-out numbers (950 sentences)" in readme
+
+
+@pytest.mark.parametrize("native, given, bf16", [
+    (True, [], True),  # an Intel Xeon with AVX512-BF16 or AMX: the demo's bf16
+    (False, [], False),  # an AVX2-only CPU emulates bfloat16, many times slower than float32: dropped
+    (False, ["--bf16", "true"], True),  # given, it stays
+])
+def test_the_demos_bf16_is_kept_only_where_the_cpu_computes_bfloat16(native, given, bf16, monkeypatch):
+    from vanilla_transformer.demo.profile import DEMO_PROFILE
+    from vanilla_transformer.training import parsing
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine trains the demo on its GPU")
+    monkeypatch.setattr(parsing, "cpu_computes_bfloat16", lambda: native)
+    assert parsing.parse_arguments([*given], DEMO_PROFILE).training.bf16 is bf16

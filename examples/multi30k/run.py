@@ -41,11 +41,13 @@ from vanilla_transformer.training.averaging import average_checkpoints, find_che
 from vanilla_transformer.backends.table import torch_translator  # noqa: E402
 from vanilla_transformer.hub.card import write_model_card  # noqa: E402
 from vanilla_transformer.inference.metrics import score_translations  # noqa: E402
+from vanilla_transformer.training.cpu_speedups import cpu_computes_bfloat16  # noqa: E402
 from vanilla_transformer.training.run import main as train  # noqa: E402
 
-# An hour on 2 CPU cores: checkpoints every 100 steps, 60 minutes as a guard, bf16 with eager attention (docs/speed.md).
+# An hour on 2 CPU cores: checkpoints every 100 steps, 60 minutes as a guard, bf16 with eager attention where the CPU
+# computes bfloat16, float32 where it emulates it, many times slower (docs/speed.md).
 CPU_HOUR = ["--save_steps", "100", "--max_train_minutes", "60", "--predict_with_generate", "false",
-            "--bf16", "true", "--use_cpu", "true", "--attn_implementation", "eager"]
+            "--bf16", str(cpu_computes_bfloat16()).lower(), "--use_cpu", "true", "--attn_implementation", "eager"]
 SIZES = {
     # 2 CPU cores, about an hour: a scaled-down model (docs/training.md).
     "cpu": ["--preset", "base", "--d_model", "256", "--layers", "3", "--heads", "4", "--ffn_dim", "1024",

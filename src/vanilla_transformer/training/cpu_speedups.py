@@ -227,3 +227,11 @@ class CPUSeq2SeqTrainer(TokenBatchSeq2SeqTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             module.forward = forward
+
+
+def cpu_computes_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX), as the Intel Xeons the CPU recipes were
+    measured on do. Elsewhere (an AVX2-only AMD EPYC, say) torch emulates it, and a bf16 training step is many times
+    slower than a float32 one (docs/speed.md): there a profile's bf16 default is dropped."""
+    return any(getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported",
+                                                                       "_is_amx_tile_supported"))

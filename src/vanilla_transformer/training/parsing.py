@@ -16,6 +16,7 @@ from ..errors import OneLineErrors, describe
 from .arguments import (
     GPU_DEFAULTS, NO_CUDA_DEFAULTS, PAPER_DEFAULTS, DataArguments, ModelArguments, RecipeArguments, given_flags,
 )
+from .cpu_speedups import cpu_computes_bfloat16
 from .profile import PAPER_PROFILE, RunProfile
 from .resume import MODEL_SIZE_FLAGS, resume_checkpoint
 from .run_record import DATA_FINGERPRINTS, check_resumed_flags, recorded_run
@@ -65,10 +66,13 @@ def parse_arguments(argv: list[str] | None = None, profile: RunProfile = PAPER_P
         parser.set_defaults(**profile.no_cuda_defaults)
     if profile.output_dir is None and "--output_dir" not in flags and not checkpoint:
         parser.error("--output-dir is required when training on your own data.")
-    if trains_on_gpu(argv, parser.get_default("use_cpu")):
+    on_gpu = trains_on_gpu(argv, parser.get_default("use_cpu"))
+    if on_gpu:
         parser.set_defaults(**GPU_DEFAULTS)
     elif not torch.cuda.is_available():
         parser.set_defaults(**NO_CUDA_DEFAULTS)
+    if not on_gpu and parser.get_default("bf16") and not cpu_computes_bfloat16():
+        parser.set_defaults(bf16=False)  # a profile's bf16, on a CPU that emulates it; a --bf16 given stays
     if checkpoint:  # the checkpoint's config.json is the model: a size flag is only what is given
         parser.set_defaults(**{**dict.fromkeys(MODEL_SIZE_FLAGS), "output_dir": str(Path(checkpoint).parent),
                                **recorded})
