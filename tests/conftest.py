@@ -1,3 +1,4 @@
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,24 @@ from vanilla_transformer.training.tokenization import train_tokenizer
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 MULTI30K_MISSING = f"Multi30k not found at {MULTI30K} (../shared/data/multi30k beside the checkout)"
 requires_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=MULTI30K_MISSING)
+
+
+@contextlib.contextmanager
+def ctrl_c_at_step(step: int):
+    """Inside the block, Ctrl-C (a `KeyboardInterrupt`) comes as the Trainer begins optimizer step `step`: the run
+    stops after step `step` - 1, as a user's Ctrl-C stops it."""
+    from transformers import Trainer
+
+    training_step = Trainer.training_step
+
+    def interrupted(self, *args, **kwargs):
+        if self.state.global_step + 1 == step:
+            raise KeyboardInterrupt
+        return training_step(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "training_step", interrupted)
+        yield
 
 
 def make_tiny_config(**overrides) -> VanillaTransformerConfig:

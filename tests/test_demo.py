@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ctrl_c_at_step
 from safetensors.torch import load_file
 
 from vanilla_transformer.demo.corpus import describe_training, magnitude, number_words_corpus, sample_numbers
@@ -104,23 +105,13 @@ def test_make_demo_continues_an_interrupted_demo_and_replaces_a_finished_one():
 def test_make_demos_command_after_ctrl_c_continues_the_demo_and_once_finished_replaces_it(
     tmp_path, capsys, caplog, monkeypatch
 ):
-    from transformers import Trainer
-
     from vanilla_transformer.cli.main import main
     from vanilla_transformer.hub.card_facts import RunRecord
 
     monkeypatch.chdir(tmp_path)  # the demo's folder, outputs/number-words-en-fr, in it
     out = Path("outputs/number-words-en-fr")
     argv = [*make_demo_command(), *TINY_DEMO, "--max_steps", "3", "--average_last", "2"]
-    training_step = Trainer.training_step
-
-    def ctrl_c_at_step_3(self, *args, **kwargs):
-        if self.state.global_step + 1 == 3:
-            raise KeyboardInterrupt
-        return training_step(self, *args, **kwargs)
-
-    with monkeypatch.context() as patch, pytest.raises(SystemExit) as exit_info:
-        patch.setattr(Trainer, "training_step", ctrl_c_at_step_3)
+    with ctrl_c_at_step(3), pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.splitlines()[-1] == (

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ctrl_c_at_step
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_pt_utils import LabelSmoother
@@ -480,7 +481,6 @@ def test_after_ctrl_c_overwrite_finished_run_continues_the_run_and_once_finished
 ):
     """`make demo`'s flag: the same command continues a run that Ctrl-C stopped, and replaces the run once it
     finished. Resuming does not report the tied copies of the shared embedding as missing from the checkpoint."""
-    from transformers import Trainer
     from transformers.testing_utils import CaptureLogger, LoggingLevel
     from transformers.utils import logging
 
@@ -490,15 +490,7 @@ def test_after_ctrl_c_overwrite_finished_run_continues_the_run_and_once_finished
     run = tmp_path / "run"
     argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "6", "--save_steps", "2",
                          "--overwrite-finished-run")
-    training_step = Trainer.training_step
-
-    def ctrl_c_at_step_5(self, *args, **kwargs):
-        if self.state.global_step + 1 == 5:
-            raise KeyboardInterrupt
-        return training_step(self, *args, **kwargs)
-
-    with monkeypatch.context() as patch, pytest.raises(SystemExit) as exit_info:
-        patch.setattr(Trainer, "training_step", ctrl_c_at_step_5)
+    with ctrl_c_at_step(5), pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.splitlines()[-1] == (
