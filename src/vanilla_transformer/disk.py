@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from .errors import UserError
+from .folders import existing_folder
 
 # What a write the disk refused says: Python's OSError by its errno; safetensors and CTranslate2 by the OS's message;
 # torch.save's zip writer without the errno ("unexpected pos 64 vs 0" for a short write), taken as a full disk only
@@ -39,10 +40,7 @@ def disk_problem(error: BaseException, folder: str | os.PathLike = ".") -> str |
 
 def free_space(folder: str | os.PathLike) -> int:
     """The bytes free on the device of `folder` (of its nearest existing parent, if it is not made yet)."""
-    folder = Path(folder).absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free
+    return shutil.disk_usage(existing_folder(folder)).free
 
 
 def folder_size(folder: str | os.PathLike, *patterns: str) -> int:

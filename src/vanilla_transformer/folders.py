@@ -42,4 +42,12 @@ def close_folder(value: str) -> str | None:
     return str(folder) if parts and str(folder) != os.path.normpath(value) else None
 
 
-__all__ = ["close_folder", "looks_local", "no_such_folder"]
+def existing_folder(path: str | os.PathLike) -> Path:
+    """The nearest of `path` (absolute) and its parents that exists: where a folder not made yet would be made."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+__all__ = ["close_folder", "existing_folder", "looks_local", "no_such_folder"]

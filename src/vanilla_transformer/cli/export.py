@@ -2,6 +2,7 @@
 backend of `translate` and `evaluate` runs."""
 
 import argparse
+import json
 from pathlib import Path
 
 from ..backends import ctranslate2, onnx
@@ -49,8 +50,6 @@ COPIES_WRITTEN = {"CTranslate2": 1, "ONNX": 3}
 def _size_written(args: argparse.Namespace, kind: str) -> int:
     """About the bytes the export writes: its copies of the weights (float32, as saved) and of the position table of
     --max-positions rows, which a tiny model's weights are far smaller than."""
-    import json
-
     d_model = json.loads((Path(args.model) / "config.json").read_text(encoding="utf-8")).get("d_model", 0)
     table = args.max_positions * d_model * 4 if isinstance(d_model, int) else 0
     return COPIES_WRITTEN[kind] * (folder_size(args.model, "model.safetensors") + table)

@@ -14,6 +14,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from ..hub.card_facts import RUN_RECORD_FILE
 from ..disk import disk_message, disk_problem
 from ..errors import UserError, describe, user_errors
+from ..folders import existing_folder
 from .checkpoints import (
     checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
     weights_problem,
@@ -64,9 +65,7 @@ def check_output_dir(recipe_args, training_args) -> None:
 def check_writable(output_dir: Path) -> None:
     """A `UserError` naming the folder when `output_dir`, or the folder it would be made in, cannot be written: on a
     read-only file system, or without the permission (os.access, which also says so to root on a read-only mount)."""
-    folder = output_dir.absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = existing_folder(output_dir)
     if os.access(folder, os.W_OK | os.X_OK):
         return
     read_only = hasattr(os, "statvfs") and os.statvfs(folder).f_flag & os.ST_RDONLY

@@ -146,8 +146,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     check them.
     Each checkpoint is marked complete once written (`checkpoints.MarkCompleteCheckpoints`), so that one cut short
     by a kill is never resumed from or averaged. A loss that stops being finite stops training, and `train()` raises
-    `errors.TrainingDiverged` (`divergence.StopOnNonFiniteLoss`). Resuming reports the checkpoint's missing weights but not the copies
-    of the shared embedding, which a checkpoint stores once (`untied_missing_keys`)."""
+    `errors.TrainingDiverged` (`divergence.StopOnNonFiniteLoss`). Resuming reports the checkpoint's missing weights
+    but not the copies of the shared embedding, which a checkpoint stores once (`untied_missing_keys`)."""
 
     def __init__(self, *args, max_tokens: int | None = None, max_sentences: int | None = None,
                  validation_decoding: dict | None = None, **kwargs):
