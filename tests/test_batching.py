@@ -16,7 +16,11 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
 from vanilla_transformer.inference.batching import cut_batches, length_sorted_batches
-from vanilla_transformer.training.batch_samplers import ResegmentedTokenBatchSampler, TokenBatchSampler
+from vanilla_transformer.training.batch_samplers import (
+    EpochOfTokenBatches,
+    ResegmentedTokenBatchSampler,
+    TokenBatchSampler,
+)
 
 
 def multi30k_like_lengths(num_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -230,6 +234,31 @@ def test_accelerate_prepared_dataloaders_see_every_pair_once():
         loader = prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False)
         seen.extend(index for batch in loader for index in batch)
     assert sorted(seen) == list(range(len(source)))
+
+
+def test_a_process_resuming_mid_epoch_gets_that_epochs_batches_through_the_callback():
+    """Resuming mid-epoch under several processes, the Trainer skips the batches already trained with accelerate's
+    `skip_first_batches`, whose loader wraps the `BatchSamplerShard` once more: its `set_epoch` no longer reaches a
+    freshly built sampler, which would deal epoch 0's batches. `EpochOfTokenBatches` sets it from the state."""
+    from accelerate import skip_first_batches
+    from transformers import TrainerControl, TrainerState
+
+    source, target = multi30k_like_lengths(333)
+
+    def rank_0_loader():
+        sampler = TokenBatchSampler(source, target, 200, num_replicas=2)
+        loader = DataLoader(range(len(source)), batch_sampler=sampler, collate_fn=list)
+        return sampler, prepare_data_loader(loader, num_processes=2, process_index=0, put_on_device=False)
+
+    sampler, loader = rank_0_loader()
+    sampler.set_epoch(2)  # as the Trainer does, through the loader's BatchSamplerShard
+    epoch_2 = list(loader)
+    fresh, resumed = rank_0_loader()  # a new process, 3 batches into epoch 2
+    resumed = skip_first_batches(resumed, 3)
+    resumed.set_epoch(2)  # what the Trainer calls; `resumed.batch_sampler.batch_sampler` is the BatchSamplerShard
+    assert fresh.epoch == 0 and list(resumed) != epoch_2[3:]
+    EpochOfTokenBatches(fresh).on_epoch_begin(None, TrainerState(epoch=2 + 3 / len(epoch_2)), TrainerControl())
+    assert fresh.epoch == 2 and list(resumed) == epoch_2[3:]
 
 
 def test_impossible_even_split_is_an_error():

@@ -830,6 +830,43 @@ def test_two_process_ddp_equals_one_process_seeing_the_same_global_batches(corpu
                if name.endswith("q_proj.weight"))
 
 
+@pytest.mark.slow
+def test_two_process_run_killed_with_sigterm_resumes_to_the_uninterrupted_runs_weights(corpus, tokenizer_dir, tmp_path):
+    """torchrun --nproc_per_node 2 (gloo on CPU), dropout on: SIGTERM to torchrun once a checkpoint in the middle of
+    an epoch is complete, then the same command. Each process resumes its own random generators and the epoch's
+    batch order, so every later checkpoint and the final weights equal those of the run never interrupted."""
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+    def command(name):  # ~1,024-token batches: 5 optimizer steps an epoch over 2 processes
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "vanilla_transformer.cli",
+                *train_command(tmp_path, corpus, tokenizer_dir, tmp_path / name, "--max_tokens", "1024",
+                               "--max_steps", "14", "--save_steps", "6")]
+
+    result = subprocess.run(command("straight"), env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((tmp_path / "straight" / "trainer_state.json").read_text())
+    assert state["global_step"] == 14 and 2 < state["epoch"] < 3  # checkpoints 6 and 12 fall inside epochs
+    killed = subprocess.Popen(command("killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mark = tmp_path / "killed" / "checkpoint-6" / "checkpoint_complete.json"
+    deadline = time.monotonic() + 600
+    while not mark.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGTERM)
+    killed.wait(timeout=120)
+    assert not (tmp_path / "killed" / "trainer_state.json").exists()  # stopped before the end
+    result = subprocess.run(command("killed"), env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "did not finish: continuing it from" in result.stderr
+    for folder in ("checkpoint-12", "."):
+        straight, resumed = (final_weights(tmp_path / run / folder) for run in ("straight", "killed"))
+        for name, tensor in straight.items():
+            assert torch.equal(resumed[name], tensor), f"{folder}: {name}"
+
+
 def small_model_like(folder):
     """The initial weights of the runs above: the command seeds with --seed 3 before building the model."""
     torch.manual_seed(3)

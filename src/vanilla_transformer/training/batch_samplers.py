@@ -1,7 +1,7 @@
 """Section 5.1's token batches for training: `TokenBatchSampler` sorts sentence pairs by length and cuts them with
 `inference/batching.py`'s `cut_batches` (the cut translation batches with too) into a `torch` batch sampler,
 shuffled every epoch and shared among processes; `ResegmentedTokenBatchSampler` does it anew each epoch for pairs
-segmented anew (BPE-dropout).
+segmented anew (BPE-dropout); `EpochOfTokenBatches` tells the sampler the Trainer's epoch in every case.
 """
 
 import heapq
@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import Sampler
+from transformers import TrainerCallback
 
 from ..inference.batching import cut_batches
 
@@ -51,7 +52,7 @@ class TokenBatchSampler(Sampler[list[int]]):
     repeat the first batches to fill the last round, so with `num_replicas = n > 1` the largest batches are halved
     until the count is a multiple of n: each pair is then seen exactly once per epoch across processes. `shard(rank)`
     gives the same split for loops that do not use accelerate. Call `set_epoch` before each epoch on every process;
-    `Trainer` does it for a batch sampler wrapped by accelerate, `DataLoaderShard.set_epoch` alone does not.
+    `DataLoaderShard.set_epoch` alone does not, and under a Trainer `EpochOfTokenBatches` does.
     """
 
     def __init__(
@@ -201,3 +202,17 @@ class ResegmentedTokenBatchSampler(TokenBatchSampler):
             self._bounds = self._halve_largest(bounds, count - len(bounds))
             self._epoch_of_bounds = self.epoch
         return super().__iter__()
+
+
+class EpochOfTokenBatches(TrainerCallback):
+    """Sets the epoch of a `TokenBatchSampler` at the start of each of the Trainer's epochs, the resumed one included.
+    The Trainer reaches a batch sampler through accelerate's wrappers, except in one case: several processes resuming
+    mid-epoch, where its loader that skips the batches already trained wraps the `BatchSamplerShard` once more, and a
+    sampler freshly built would deal that epoch's remaining batches in epoch 0's order. The epoch under way is the
+    integer part of `state.epoch` (the checkpoint's, on resuming), as the Trainer's own count of epochs trained."""
+
+    def __init__(self, sampler: TokenBatchSampler):
+        self.sampler = sampler
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.sampler.set_epoch(int(state.epoch or 0))

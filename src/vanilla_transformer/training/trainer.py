@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_utils import seed_worker
 
-from .batch_samplers import ResegmentedTokenBatchSampler, TokenBatchSampler
+from .batch_samplers import EpochOfTokenBatches, ResegmentedTokenBatchSampler, TokenBatchSampler
 from .arguments import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
 from .divergence import StopOnNonFiniteLoss
@@ -226,6 +226,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
             sampler = ResegmentedTokenBatchSampler(dataset, self.max_tokens, **batching)
         else:
             sampler = TokenBatchSampler.from_dataset(dataset, self.max_tokens, **batching)
+        self.pop_callback(EpochOfTokenBatches)  # the sampler of a loader built before, if any
+        self.add_callback(EpochOfTokenBatches(sampler))
         workers = self.args.dataloader_num_workers
         options = {}
         if workers > 0:
