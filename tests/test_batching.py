@@ -73,7 +73,8 @@ def test_max_sentences_caps_the_batches_of_short_pairs_only():
     uncapped = list(TokenBatchSampler(source, target, 2000, shuffle=False))
     capped = TokenBatchSampler(source, target, 2000, shuffle=False, max_sentences=100)
     batches = list(capped)
-    assert_each_index_once(batches, len(source)) and len(batches) == len(capped)
+    assert_each_index_once(batches, len(source))
+    assert len(batches) == len(capped)
     assert max(map(len, batches)) == 100
     # The 40-token pairs come 50 to a batch either way; the 4-token pairs, 500 to a batch without the cap.
     assert sorted(len(b) for b in uncapped) == [50] * 20 + [500] * 2

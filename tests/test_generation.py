@@ -276,7 +276,7 @@ def test_gnmt_scores_equal_rescored_log_probabilities(tiny_model, batch):
             decoder_input_ids=torch.tensor([hypothesis[:-1]]),
         ).logits.log_softmax(-1)
         total = log_probs[0].gather(1, torch.tensor(hypothesis[1:])[:, None]).sum()
-        expected = total / gnmt_length_penalty(len(hypothesis) - 1, 0.6)
+        expected = total / ((5 + (len(hypothesis) - 1)) / 6) ** 0.6  # Wu et al. (2016), eq. 14
         torch.testing.assert_close(out.sequences_scores[row], expected, atol=1e-5, rtol=1e-5)
 
 

@@ -781,9 +781,24 @@ def test_translation_pipeline_without_the_package(saved_model, without_package):
 
 
 @pytest.mark.slow
-def test_fine_tunes_with_a_plain_seq2seq_trainer_without_the_package(without_package):
-    """docs/training.md: without `import vanilla_transformer`, `trust_remote_code=True` is all fine-tuning needs."""
-    assert math.isfinite(without_package["fine_tuning_loss"])
+def test_fine_tunes_with_a_plain_seq2seq_trainer_without_the_package(saved_model, without_package, tmp_path,
+                                                                     monkeypatch):
+    """docs/training.md: without `import vanilla_transformer`, `trust_remote_code=True` is all fine-tuning needs. The
+    remote code trains as the package does: the same Seq2SeqTrainer run on the package's class, same seed and data,
+    ends with the same loss."""
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    monkeypatch.chdir(tmp_path)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(saved_model)
+    tokenizer = AutoTokenizer.from_pretrained(saved_model)
+    pairs = [dict(tokenizer(source, text_target=source)) for source in SOURCES]
+    args = Seq2SeqTrainingArguments(output_dir="fine-tuned", max_steps=2, per_device_train_batch_size=2,
+                                    report_to=[], save_strategy="no", disable_tqdm=True, use_cpu=True)
+    trainer = Seq2SeqTrainer(model=model.train(), args=args, train_dataset=pairs,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
+    loss = trainer.train().training_loss
+    assert math.isfinite(loss) and loss > 0
+    assert without_package["fine_tuning_loss"] == pytest.approx(loss, rel=1e-5)
 
 
 @pytest.mark.slow  # a fresh process

@@ -4,11 +4,13 @@ transformers pieces, resuming, the command line, and two-process DDP equal to on
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 from conftest import ctrl_c_at_step
 from safetensors.torch import load_file
@@ -990,7 +992,9 @@ def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("with_generate", [True, False])
-def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_generate, corpus, tokenizer_dir, tmp_path):
+def test_validation_logs_bleu_with_generate_and_only_its_loss_without(
+    with_generate, corpus, tokenizer_dir, tmp_path, capsys
+):
     from vanilla_transformer.cli.main import main
 
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
@@ -1006,8 +1010,11 @@ def test_validation_logs_bleu_with_generate_and_only_its_loss_without(with_gener
     (validation,) = [entry for entry in history if "eval_loss" in entry]
     assert validation["step"] == 2 and math.isfinite(validation["eval_loss"])
     assert ("eval_bleu" in validation) == with_generate
-    # Test files are translated and scored either way: --predict-with-generate is about validation.
-    assert json.loads((out / "test_results.json").read_text())["test_bleu"] >= 0
+    # Test files are translated and scored either way: --predict-with-generate is about validation. The score is
+    # sacreBLEU's on the translation the report prints.
+    (hypothesis,) = re.findall(r"^      -> (.*)$", capsys.readouterr().out, flags=re.MULTILINE)
+    expected = sacrebleu.corpus_bleu([hypothesis], [["un"]]).score
+    assert json.loads((out / "test_results.json").read_text())["test_bleu"] == pytest.approx(expected, abs=1e-4)
     assert (out / "card_results.json").exists() and (out / "README.md").exists()
 
 
