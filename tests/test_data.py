@@ -1,4 +1,4 @@
-"""Loading parallel corpora into the WMT `translation` layout, and filtering over-long tokenized pairs. Every test
+"""Loading parallel corpora into the WMT `translation` layout, and the warning of over-long pairs dropped. Every test
 writes its own small files in tmp_path, except one that reads the real Multi30k validation split when present."""
 
 import gzip
@@ -14,7 +14,7 @@ from datasets import Dataset, Features, Translation
 from vanilla_transformer.training import data
 from vanilla_transformer.training.data import (
     check_translation_languages,
-    filter_long_pairs,
+    log_dropped_pairs,
     load_hub_dataset,
     load_jsonl,
     load_parallel_corpus,
@@ -211,30 +211,17 @@ def test_load_parallel_corpus_rejects_unclear_requests(kwargs, message):
         load_parallel_corpus("en", "de", **kwargs)
 
 
-# --- Filtering tokenized pairs ---------------------------------------------------------------------------------------
+# --- Over-long pairs dropped ---------------------------------------------------------------------------------------
 
 
-def test_filter_long_pairs_drops_and_logs(caplog):
-    tokenized = Dataset.from_dict(
-        {
-            "input_ids": [[1] * 3, [1] * 6, [1] * 2, [1] * 4],
-            "labels": [[2] * 3, [2] * 2, [2] * 9, [2] * 5],
-        }
-    )
+def test_dropped_pairs_are_counted_in_a_warning_and_none_dropped_is_silent(caplog):
     with caplog.at_level(logging.WARNING, logger="vanilla_transformer.training.data"):
-        kept = filter_long_pairs(tokenized, max_source_length=5, max_target_length=5)
-    assert [len(ids) for ids in kept["input_ids"]] == [3, 4]
-    assert "Dropped 2 of 4 sentence pairs" in caplog.text
-
+        log_dropped_pairs(4, 2, max_source_length=5, max_target_length=6)
+    assert "Dropped 2 of 4 sentence pairs longer than 5 source or" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vanilla_transformer.training.data"):
-        assert len(filter_long_pairs(tokenized, 10, 10)) == 4
+        log_dropped_pairs(4, 4, 5, 6)
     assert caplog.text == ""
-
-
-def test_filter_long_pairs_needs_tokenized_columns():
-    with pytest.raises(ValueError, match=r"no \['labels'\] column"):
-        filter_long_pairs(Dataset.from_dict({"input_ids": [[1]]}), 5, 5)
 
 
 # --- The pairs the vocabulary is learnt from ------------------------------------------------------------------------

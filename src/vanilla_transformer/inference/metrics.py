@@ -7,7 +7,7 @@ on tokenized files); `moses_lang` adds it, computed by sacreBLEU on text tokeniz
 compares with those papers, not with sacreBLEU's scores.
 
 ```python
->>> from vanilla_transformer.metrics import score_translations
+>>> from vanilla_transformer.inference.metrics import score_translations
 >>> score_translations(["the cat sat on the mat"], ["the cat is on the mat"])["bleu"]
 ```
 """

@@ -2,7 +2,7 @@
 last 20.
 
 ```python
->>> from vanilla_transformer.averaging import average_checkpoints, find_checkpoints
+>>> from vanilla_transformer.training.averaging import average_checkpoints, find_checkpoints
 >>> average_checkpoints(find_checkpoints("runs/wmt14-base", last_n=5), "runs/wmt14-base/averaged")
 ```
 

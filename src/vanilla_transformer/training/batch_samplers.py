@@ -50,8 +50,8 @@ class TokenBatchSampler(Sampler[list[int]]):
     batches; accelerate's `prepare` wraps it in `BatchSamplerShard`, which gives process r batches r, r + n, r + 2n...
     If the number of batches were not a multiple of n, `BatchSamplerShard` (with `even_batches`, its default) would
     repeat the first batches to fill the last round, so with `num_replicas = n > 1` the largest batches are halved
-    until the count is a multiple of n: each pair is then seen exactly once per epoch across processes. `shard(rank)`
-    gives the same split for loops that do not use accelerate. Call `set_epoch` before each epoch on every process;
+    until the count is a multiple of n: each pair is then seen exactly once per epoch across processes (a loop
+    without accelerate wraps it in `BatchSamplerShard` itself). Call `set_epoch` before each epoch on every process;
     `DataLoaderShard.set_epoch` alone does not, and under a Trainer `EpochOfTokenBatches` does.
     """
 
@@ -115,13 +115,6 @@ class TokenBatchSampler(Sampler[list[int]]):
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return iter(batches)
-
-    def shard(self, rank: int):
-        """The batches of process `rank` of `num_replicas`, split exactly as `accelerator.prepare` splits them: an
-        accelerate `BatchSamplerShard`."""
-        from accelerate.data_loader import BatchSamplerShard
-
-        return BatchSamplerShard(self, num_processes=self.num_replicas, process_index=rank)
 
     def _length_order(self, rng: np.random.Generator | None) -> np.ndarray:
         """Indices sorted by (padded) source then target length; ties in random order, or in index order without

@@ -153,28 +153,6 @@ def single_threaded_tokenizers(num_proc: int | None) -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def filter_long_pairs(
-    dataset: datasets.Dataset, max_source_length: int, max_target_length: int, num_proc: int | None = None
-) -> datasets.Dataset:
-    """Drop the pairs of a tokenized dataset whose `input_ids` exceed `max_source_length` tokens or whose `labels`
-    exceed `max_target_length`, and log how many were dropped."""
-    missing = [column for column in ("input_ids", "labels") if column not in dataset.column_names]
-    if missing:
-        raise ValueError(f"filter_long_pairs needs a tokenized dataset; it has no {missing} column(s)")
-    kept = dataset.filter(
-        lambda sources, targets: [
-            len(source) <= max_source_length and len(target) <= max_target_length
-            for source, target in zip(sources, targets)
-        ],
-        input_columns=["input_ids", "labels"],
-        batched=True,
-        num_proc=num_proc,
-        desc="Filtering long pairs",
-    )
-    log_dropped_pairs(len(dataset), len(kept), max_source_length, max_target_length)
-    return kept
-
-
 def log_dropped_pairs(pairs: int, kept: int, max_source_length: int, max_target_length: int) -> None:
     """Warn how many of `pairs` sentence pairs were dropped as over-long, if any."""
     if pairs > kept:

@@ -27,9 +27,6 @@ class RunProfile:
     output_dir: str | None = None
     demo: bool = False
 
-    def __bool__(self) -> bool:
-        return self.demo
-
     def has_validation(self, data_args) -> bool:
         """Whether the run has validation pairs to evaluate on: validation files given."""
         return bool(data_args.validation_source_file or data_args.validation_file)

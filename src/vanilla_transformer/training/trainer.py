@@ -318,9 +318,9 @@ def tokenize_pairs(
 ):
     """A `datasets.map(batched=True)` function: `translation` pairs -> `input_ids` and `labels` (each ending in
     `</s>`). Nothing is truncated: with `max_source_length` / `max_target_length`, pairs with more tokens on that side
-    are dropped from the output (the train command counts and logs them; `data.filter_long_pairs` does the same on
-    a tokenized dataset). Dropping them here spares a second pass over the corpus and leaves the result without an
-    indices mapping, so reading its lengths for token batching stays a column read. `keep_translation` keeps the
+    are dropped from the output (the train command counts and logs them: `data.log_dropped_pairs`). Dropping them
+    here spares a second pass over the corpus and leaves the result without an indices mapping, so reading its
+    lengths for token batching stays a column read. `keep_translation` keeps the
     pairs' text beside the ids (BPE-dropout segments it anew each epoch). No attention mask is stored:
     `DataCollatorForSeq2Seq` makes it when it pads, and a WMT-sized corpus stores a third fewer integers."""
 
