@@ -89,7 +89,7 @@ for name in ("transformers", "accelerate", "datasets", "tokenizers", "sacrebleu"
         print(name, getattr(module, "__version__", "?"))
     except ImportError as error:
         print(name, "MISSING:", error)
-import vanilla_transformer.training.run  # fails here, not minutes later, if the package cannot be imported
+import vanilla_transformer.train_run.run  # fails here, not minutes later, if the package cannot be imported
 PY
 } | tee "$OUT/environment.txt"
 [[ "$DEVICE" == cpu ]] || "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU'"

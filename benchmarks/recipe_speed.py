@@ -47,7 +47,7 @@ import json, sys, time
 from contextlib import nullcontext
 import torch
 import vanilla_transformer
-import vanilla_transformer.training.run as command
+import vanilla_transformer.train_run.run as command
 import transformers
 from transformers import TrainerCallback
 print(vanilla_transformer.__file__)

@@ -54,9 +54,9 @@ from common import (
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.batch_samplers import TokenBatchSampler
 from vanilla_transformer.training.cpu_speedups import CPU16BitDropout, CPUSeq2SeqTrainer
-from vanilla_transformer.training.build import cpu_speedups, new_model_config
-from vanilla_transformer.training.parsing import parse_arguments
-from vanilla_transformer.training.callbacks import TrainingTimeBudget
+from vanilla_transformer.train_run.build import cpu_speedups, new_model_config
+from vanilla_transformer.train_run.parsing import parse_arguments
+from vanilla_transformer.train_run.callbacks import TrainingTimeBudget
 from vanilla_transformer.training.trainer import TokenBatchSeq2SeqTrainer, check_feature_token_ids, paper_learning_rate
 
 SMOKE_PAIRS = 2000

@@ -56,7 +56,7 @@ def test_every_command_has_its_help(name, capsys):
 
 
 def test_train_takes_dashes_and_underscores():
-    from vanilla_transformer.demo.train_command import parse_arguments
+    from vanilla_transformer.cli.train import parse_arguments
 
     dashed = ["--train-file", "pairs.tsv", "--output-dir", "out", "--max-tokens", "512", "--max-steps", "3"]
     underscored = ["--train_file", "pairs.tsv", "--output_dir", "out", "--max_tokens", "512", "--max_steps", "3"]
@@ -83,8 +83,8 @@ def test_train_help_shows_the_defaults_of_a_run_on_ones_own_data_and_the_demos_b
 
 
 def test_validation_files_mean_validation_at_every_checkpoint():
-    from vanilla_transformer.demo.train_command import parse_arguments
-    from vanilla_transformer.training.report import validation_schedule
+    from vanilla_transformer.cli.train import parse_arguments
+    from vanilla_transformer.train_run.report import validation_schedule
 
     own = ["--train-file", "pairs.tsv", "--output-dir", "out", "--save-steps", "500"]
     validation = ["--validation-source-file", "val.en", "--validation-target-file", "val.fr"]

@@ -290,7 +290,7 @@ def test_the_train_command_tokenizes_in_several_processes_one_thread_each(tokeni
     in the forked processes: the command turns them off while its processes tokenize."""
     from num2words import num2words
 
-    import vanilla_transformer.training.run as train_command
+    import vanilla_transformer.train_run.run as train_command
 
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     seen = []

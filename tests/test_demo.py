@@ -130,7 +130,7 @@ def test_make_demos_command_after_ctrl_c_continues_the_demo_and_once_finished_re
 
 @pytest.mark.slow  # the demo's command end to end: training, evaluation, model card
 def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
-    from vanilla_transformer.demo.train_command import main
+    from vanilla_transformer.cli.train import train_command as main
 
     out = tmp_path / "demo"
     main(["--output_dir", str(out), *TINY_DEMO, "--max_steps", "2", "--average_last", "2"])
@@ -169,7 +169,7 @@ def test_demo_prints_and_saves_exact_match_per_magnitude(tmp_path, capsys):
 ])
 def test_the_demos_bf16_is_kept_only_where_the_cpu_computes_bfloat16(native, given, bf16, monkeypatch):
     from vanilla_transformer.demo.profile import DEMO_PROFILE
-    from vanilla_transformer.training import parsing
+    from vanilla_transformer.train_run import parsing
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine trains the demo on its GPU")

@@ -15,7 +15,7 @@ spec = importlib.util.find_spec("vanilla_transformer")
 package = types.ModuleType("vanilla_transformer")
 package.__path__ = list(spec.submodule_search_locations)
 sys.modules["vanilla_transformer"] = package
-from vanilla_transformer.demo.train_command import main
+from vanilla_transformer.cli.train import train_command as main
 try:
     main(["--help"])
 except SystemExit as stop:
@@ -35,10 +35,10 @@ def test_train_help_imports_neither_torch_nor_transformers():
 def test_train_help_shows_every_flag_of_the_full_parser_and_transformers_defaults():
     from transformers import Seq2SeqTrainingArguments
 
-    from vanilla_transformer.demo.train_command import help_text
+    from vanilla_transformer.cli.train import train_help_text as help_text
     from vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
-    from vanilla_transformer.training.arguments import ARGUMENT_CLASSES, PRESET_NAMES, TRAINER_DEFAULTS
-    from vanilla_transformer.training.parsing import argument_parser
+    from vanilla_transformer.train_run.arguments import ARGUMENT_CLASSES, PRESET_NAMES, TRAINER_DEFAULTS
+    from vanilla_transformer.train_run.parsing import argument_parser
 
     shown = help_text().split()
     ours = {item.name for cls in ARGUMENT_CLASSES for item in dataclasses.fields(cls)}
@@ -53,7 +53,7 @@ def test_train_help_shows_every_flag_of_the_full_parser_and_transformers_default
 
 
 def test_train_help_trainer_lists_the_trainers_flags_with_the_demos_values(capsys):
-    from vanilla_transformer.demo.train_command import main
+    from vanilla_transformer.cli.train import train_command as main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["--help-trainer"])

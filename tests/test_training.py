@@ -19,7 +19,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.errors import UserError
-from vanilla_transformer.training.callbacks import TrainingTimeBudget
+from vanilla_transformer.train_run.callbacks import TrainingTimeBudget
 from vanilla_transformer.training.trainer import (
     BPEDropoutDataset,
     TokenBatchSeq2SeqTrainer,
@@ -516,7 +516,7 @@ def test_after_ctrl_c_overwrite_finished_run_continues_the_run_and_once_finished
 
 
 def test_the_way_to_continue_a_stopped_run_is_the_same_command_unless_it_replaces_or_goes_back(tmp_path):
-    from vanilla_transformer.training.resume import how_to_continue
+    from vanilla_transformer.train_run.resume import how_to_continue
 
     run, checkpoint = tmp_path / "run", str(tmp_path / "run" / "checkpoint-4")
     for argv in (["--output-dir", str(run)], ["--resume-from-checkpoint", "auto", "--output-dir", str(run)],
@@ -540,7 +540,7 @@ def test_ctrl_c_stops_the_installed_command_at_once_in_one_line_naming_how_to_co
     import time
 
     from vanilla_transformer.training.checkpoints import COMPLETE
-    from vanilla_transformer.training.resume import resolve_resume
+    from vanilla_transformer.train_run.resume import resolve_resume
 
     run = tmp_path / "run"
     argv = train_command(tmp_path, corpus, tokenizer_dir, run, "--max_steps", "10000", "--save_steps", "2")
@@ -641,7 +641,7 @@ def test_the_trainer_writes_trainer_state_json_last_in_a_checkpoint(corpus, toke
 
     from vanilla_transformer.training.checkpoints import COMPLETE
     from vanilla_transformer.cli.main import main
-    from vanilla_transformer.training.callbacks import TrainingClock
+    from vanilla_transformer.train_run.callbacks import TrainingClock
 
     present = {}
     save_to_json = TrainerState.save_to_json
@@ -667,7 +667,7 @@ def test_one_train_command_per_output_folder_until_the_holder_dies(corpus, token
 
     run = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom vanilla_transformer.training.run_lock import run_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom vanilla_transformer.train_run.run_lock import run_lock\n"
          "with run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)", str(run)],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -881,8 +881,8 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
     """The Multi30k cpu recipe's precision and kernel: --bf16 --use_cpu autocasts the products to bfloat16 (losses
     close to float32's, yet not equal to them), and --attn_implementation reaches the new model and a saved one. On a
     CPU the command keeps the memory a step frees for the next (cpu_training.py, `keep_memory`)."""
-    from vanilla_transformer.training import build as train
-    from vanilla_transformer.training.run import main
+    from vanilla_transformer.train_run import build as train
+    from vanilla_transformer.train_run.run import main
 
     kept = []
     monkeypatch.setattr(train, "keep_freed_memory", lambda: kept.append(True) or True)
@@ -907,7 +907,7 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
 
 
 def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
-    from vanilla_transformer.demo.train_command import parse_arguments
+    from vanilla_transformer.cli.train import parse_arguments
 
     model_args, data_args, recipe_args, args, is_demo = parse_arguments([])
     assert is_demo and args.output_dir == "outputs/number-words-en-fr" and model_args.d_model == 128
@@ -922,7 +922,7 @@ def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
 def test_command_defaults_depend_on_the_device_and_flags_given_win(monkeypatch):
     """On a CPU: exact lengths, no compilation, batches collated in the training process. On a CUDA GPU: bucketed
     shapes, a compiled model, two persistent dataloader workers. Fused Adam on both."""
-    from vanilla_transformer.training import parsing as train
+    from vanilla_transformer.train_run import parsing as train
 
     own_data = ["--train_file", "pairs.tsv", "--output_dir", "out"]
     trains_on_gpu = train.trains_on_gpu
@@ -973,8 +973,8 @@ def test_command_logs_the_model_in_one_short_line_and_no_pin_memory_warning_on_a
 
 
 def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
-    from vanilla_transformer.training.build import load_data
-    from vanilla_transformer.training.parsing import parse_arguments
+    from vanilla_transformer.train_run.build import load_data
+    from vanilla_transformer.train_run.parsing import parse_arguments
 
     pairs = write_tsv(corpus, tmp_path / "pairs.tsv")
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
@@ -1132,7 +1132,7 @@ def test_every_flag_is_checked_before_the_old_run_or_its_tokenizer_is_touched(co
 
 
 def test_flags_are_checked_before_the_data_is_loaded(tmp_path, capsys, monkeypatch):
-    import vanilla_transformer.training.run as train
+    import vanilla_transformer.train_run.run as train
 
     def load_data(*args, **kwargs):
         pytest.fail("the data was loaded before the flags were checked")
@@ -1332,7 +1332,7 @@ def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_work(how
     """`train --output-dir ro/run` with ro/ read-only: one line naming the folder, status 2, nothing written. The
     console script meets a real read-only folder (`read_only_command`); in this process, ro/ is 0o555 and os.access
     answers for it as it answers any user but root, whom permission bits do not stop."""
-    import vanilla_transformer.training.output_folder as output_folder
+    import vanilla_transformer.train_run.output_folder as output_folder
 
     read_only = tmp_path / "ro"
     read_only.mkdir()

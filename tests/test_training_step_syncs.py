@@ -11,8 +11,8 @@ import torch
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
 
 import vanilla_transformer
-import vanilla_transformer.training.build as train_build
-import vanilla_transformer.training.run as train_command
+import vanilla_transformer.train_run.build as train_build
+import vanilla_transformer.train_run.run as train_command
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.cpu_speedups import CPU_SPEEDUPS, CPUSeq2SeqTrainer
 from vanilla_transformer.training.trainer import (

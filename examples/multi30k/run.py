@@ -42,7 +42,7 @@ from vanilla_transformer.backends.table import torch_translator  # noqa: E402
 from vanilla_transformer.hub.card import write_model_card  # noqa: E402
 from vanilla_transformer.inference.metrics import score_translations  # noqa: E402
 from vanilla_transformer.training.cpu_speedups import cpu_computes_bfloat16  # noqa: E402
-from vanilla_transformer.training.run import main as train  # noqa: E402
+from vanilla_transformer.train_run.run import main as train  # noqa: E402
 
 # An hour on 2 CPU cores: checkpoints every 100 steps, 60 minutes as a guard, bf16 with eager attention where the CPU
 # computes bfloat16, float32 where it emulates it, many times slower (docs/speed.md).

@@ -85,7 +85,7 @@ def quiet_when_the_reader_goes():
 def sigterm_as_a_stop(name: str):
     """SIGTERM (`kill`, a job scheduler) stops the command `name` as Ctrl-C does: the file or folder it was writing is
     removed (`text_files.output_file`, `output_folder`), what was there before kept, and one line says so, exit status
-    143 (`errors.Preempted`). `train` handles SIGTERM itself, with a checkpoint first (`training/run.py`)."""
+    143 (`errors.Preempted`). `train` handles SIGTERM itself, with a checkpoint first (`train_run/run.py`)."""
     if name == "train" or threading.current_thread() is not threading.main_thread():
         yield
         return

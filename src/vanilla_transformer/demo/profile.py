@@ -6,7 +6,7 @@ uses it, so that `train --help` does not pay for it."""
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training.profile import RunProfile
+from ..train_run.profile import RunProfile
 from ..errors import UserError
 from . import report
 

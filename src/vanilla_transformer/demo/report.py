@@ -2,7 +2,7 @@
 magnitude, the numbers below 1,000 seen in training (the `seen` split) scored apart, the wrong translations, and the
 same in the model card's results. The demo's profile (`profile.py`) adds these to the `train` command's test report."""
 
-from ..training.profile import print_pair
+from ..train_run.profile import print_pair
 
 
 def exact_match_by_magnitude(pairs, hypotheses: list[str], target_lang: str) -> dict[str, tuple[int, float]]:

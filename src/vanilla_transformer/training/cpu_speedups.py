@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 from transformers.utils import is_torchdynamo_compiling
 
 from ..extras import require
-from .arguments import CPU_SPEEDUPS
+from .recipe import CPU_SPEEDUPS
 from .trainer import TokenBatchSeq2SeqTrainer, label_smoothed_cross_entropy
 
 ConvertOutputsToFp32 = require("accelerate.utils.operations", extra="train").ConvertOutputsToFp32

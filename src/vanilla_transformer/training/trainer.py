@@ -26,7 +26,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_utils import seed_worker
 
 from .batch_samplers import EpochOfTokenBatches, ResegmentedTokenBatchSampler, TokenBatchSampler
-from .arguments import PAPER_RECIPE
+from .recipe import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
 from .divergence import StopOnNonFiniteLoss
 from ..inference.metrics import score_translations

@@ -2,7 +2,7 @@
 differently from a run on the user's data, so that the command's code has one path for every kind.
 
 `PAPER_PROFILE` is the run of the paper's recipe on the data the flags give. The number-words demo (demo/profile.py)
-is the other kind, which the `train` command chooses when it is given no data flag (demo/train_command.py).
+is the other kind, which the `train` command chooses when it is given no data flag (cli/train.py).
 """
 
 from collections.abc import Mapping
@@ -34,7 +34,7 @@ class RunProfile:
     def load_data(self, data_args, seed: int) -> dict:
         """The `train` split and optional `validation` / `test` splits, as `translation` pair datasets: the files or
         Hub dataset the data flags give."""
-        from .data import load_parallel_corpus  # datasets: imported when a run loads its data, not for --help
+        from ..training.data import load_parallel_corpus  # datasets: imported when a run loads its data, not for --help
 
         languages = dict(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
         splits = {

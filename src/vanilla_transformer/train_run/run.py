@@ -2,7 +2,7 @@
 Seq2SeqTrainer, average the last checkpoints, test, and write the model card.
 
 `main` runs the kind of run its profile says (`profile.py`); the `train` command chooses the profile
-(demo/train_command.py). Every `Seq2SeqTrainingArguments` flag works as usual (`--bf16`,
+(cli/train.py). Every `Seq2SeqTrainingArguments` flag works as usual (`--bf16`,
 `--gradient_accumulation_steps`, `--report_to`, ...), and so do `accelerate launch` and `torchrun`.
 """
 
@@ -23,7 +23,7 @@ from .build import (
     training_dataset, validation_dataset,
 )
 from .checks import check_arguments, check_new_model
-from .checkpoints import newest_complete_checkpoint
+from ..training.checkpoints import newest_complete_checkpoint
 from .output_folder import (
     check_output_dir, disk_errors, refused_writes, remove_incomplete_checkpoints, remove_old_run,
 )
@@ -37,7 +37,7 @@ from .resume import check_resumed_model, how_to_continue, resolve_resume, resume
 from .run_lock import FolderInUseError, run_lock
 from .run_record import check_data_unchanged, data_fingerprints, record_arguments, record_training_time
 from .callbacks import Patience, SaveOnSignal, TrainingClock, TrainingProgress, TrainingTimeBudget
-from .trainer import paper_learning_rate
+from ..training.trainer import paper_learning_rate
 
 
 logger = logging.getLogger(__name__)

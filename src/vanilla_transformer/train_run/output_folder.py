@@ -15,7 +15,7 @@ from ..hub.card_facts import RUN_RECORD_FILE
 from ..disk import disk_message, disk_problem
 from ..errors import UserError, describe, user_errors
 from ..folders import existing_folder
-from .checkpoints import (
+from ..training.checkpoints import (
     checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
     weights_problem,
 )

@@ -9,9 +9,9 @@ import numpy as np
 from ..hub.card import write_model_card
 from ..hub.card_facts import CARD_RESULTS_FILE, CardFacts, recorded_run
 from ..inference.metrics import score_translations
-from .averaging import average_checkpoints, find_checkpoints
+from ..training.averaging import average_checkpoints, find_checkpoints
 from .profile import print_pair
-from .trainer import VALIDATION_DECODING, translation_metrics
+from ..training.trainer import VALIDATION_DECODING, translation_metrics
 
 
 def validation_schedule(training_args) -> str:

@@ -16,7 +16,7 @@ from ..errors import OneLineErrors, describe
 from .arguments import (
     GPU_DEFAULTS, NO_CUDA_DEFAULTS, PAPER_DEFAULTS, DataArguments, ModelArguments, RecipeArguments, given_flags,
 )
-from .cpu_speedups import cpu_computes_bfloat16
+from ..training.cpu_speedups import cpu_computes_bfloat16
 from .profile import PAPER_PROFILE, RunProfile
 from .resume import MODEL_SIZE_FLAGS, resume_checkpoint
 from .run_record import DATA_FINGERPRINTS, check_resumed_flags, recorded_run

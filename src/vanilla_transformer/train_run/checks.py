@@ -9,7 +9,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForConditiona
 from ..errors import UserError, user_errors
 from .arguments import CPU_SPEEDUPS
 from .build import new_model_config
-from .tokenization import SMALLEST_VOCAB_SIZE
+from ..training.tokenization import SMALLEST_VOCAB_SIZE
 
 
 def check_arguments(arguments) -> None:

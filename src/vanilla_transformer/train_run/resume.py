@@ -11,7 +11,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from ..hub.card_facts import RUN_RECORD_FILE
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..errors import CommandParser, UserError
-from .checkpoints import checkpoint_step, complete_checkpoints, newest_complete_checkpoint
+from ..training.checkpoints import checkpoint_step, complete_checkpoints, newest_complete_checkpoint
 
 
 RESUME_FLAGS = ("--resume_from_checkpoint", "--resume-from-checkpoint")

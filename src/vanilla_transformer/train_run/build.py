@@ -8,10 +8,10 @@ from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..disk import write_errors
 from ..errors import user_errors
-from .cpu_speedups import CPUSeq2SeqTrainer, keep_freed_memory
-from .data import default_num_proc, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
-from .tokenization import train_tokenizer
-from .trainer import (
+from ..training.cpu_speedups import CPUSeq2SeqTrainer, keep_freed_memory
+from ..training.data import default_num_proc, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
+from ..training.tokenization import train_tokenizer
+from ..training.trainer import (
     VALIDATION_DECODING, BPEDropoutDataset, TokenBatchSeq2SeqTrainer, tokenize_pairs, translation_metrics,
 )
 
