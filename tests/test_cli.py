@@ -61,8 +61,8 @@ def test_train_takes_dashes_and_underscores():
     dashed = ["--train-file", "pairs.tsv", "--output-dir", "out", "--max-tokens", "512", "--max-steps", "3"]
     underscored = ["--train_file", "pairs.tsv", "--output_dir", "out", "--max_tokens", "512", "--max_steps", "3"]
     for argv in (dashed, underscored):
-        _, data_args, _, training_args, is_demo = parse_arguments(argv)
-        assert not is_demo and training_args.output_dir == "out"
+        _, data_args, _, training_args, profile = parse_arguments(argv)
+        assert not profile.demo and training_args.output_dir == "out"
         assert (data_args.train_file, data_args.max_tokens, training_args.max_steps) == ("pairs.tsv", 512, 3)
     with pytest.raises(UserError, match="--output-dir is required"):  # own data still needs an output folder
         parse_arguments(["--source-file", "train.en", "--target-file", "train.de"])

@@ -117,12 +117,12 @@ def test_make_demos_command_after_ctrl_c_continues_the_demo_and_once_finished_re
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"vanilla-transformer train: interrupted after step 2; the newest complete checkpoint is "
         f"{out / 'checkpoint-2'}: the same command continues the run from it")
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+    with caplog.at_level("INFO", logger="vanilla_transformer"):
         main(argv)
     assert f"continuing it from {out / 'checkpoint-2'}, its newest complete checkpoint (step 2)" in caplog.text
     assert RunRecord.read(out).facts.sessions == 2 and (out / "card_results.json").is_file()
     caplog.clear()
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+    with caplog.at_level("INFO", logger="vanilla_transformer"):
         main(argv)
     assert f"{out} holds a finished run: --overwrite-finished-run replaces it with a new one" in caplog.text
     assert RunRecord.read(out).facts.sessions == 1 and RunRecord.read(out).facts.steps == 3

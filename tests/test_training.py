@@ -434,7 +434,7 @@ def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weigh
     assert killed.returncode == -9, killed.stderr[-3000:]
     interrupted = tmp_path / "run" / f"checkpoint-{step}"
     assert point == "step" or interrupted.is_dir() and not (interrupted / COMPLETE).exists()
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+    with caplog.at_level("INFO", logger="vanilla_transformer"):
         main(argv)  # the same command again
     if continued_from:
         assert (f"holds a run this command started and did not finish: continuing it from "
@@ -469,7 +469,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninte
     assert err == ("vanilla-transformer train: error: --warmup-steps 8 contradicts the run this command continues "
                    f"(unfinished), trained with --warmup-steps 4 ({run / 'run_arguments.json'}); leave the flag out to "
                    "continue the run as it was, or pass --overwrite-output-dir to replace it")
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+    with caplog.at_level("INFO", logger="vanilla_transformer"):
         main(argv)
     assert f"continuing it from {run / 'checkpoint-3'}, its newest complete checkpoint (step 3)" in caplog.text
     resumed = final_weights(run)
@@ -499,7 +499,7 @@ def test_after_ctrl_c_overwrite_finished_run_continues_the_run_and_once_finished
         f"{run / 'checkpoint-4'}: the same command continues the run from it")
 
     trainer_log = logging.get_logger("transformers.trainer")
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"), LoggingLevel(logging.INFO), \
+    with caplog.at_level("INFO", logger="vanilla_transformer"), LoggingLevel(logging.INFO), \
             CaptureLogger(trainer_log) as resumed_log:
         main(argv)
     assert f"continuing it from {run / 'checkpoint-4'}, its newest complete checkpoint (step 4)" in caplog.text
@@ -509,7 +509,7 @@ def test_after_ctrl_c_overwrite_finished_run_continues_the_run_and_once_finished
         torch.testing.assert_close(final_weights(run)[name], tensor, atol=1e-6, rtol=0, msg=name)
 
     caplog.clear()
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+    with caplog.at_level("INFO", logger="vanilla_transformer"):
         main(argv)
     assert f"{run} holds a finished run: --overwrite-finished-run replaces it with a new one" in caplog.text
     assert "continuing" not in caplog.text and RunRecord.read(run).facts.sessions == 1
@@ -625,7 +625,7 @@ def test_resume_refuses_an_incomplete_checkpoint_or_one_without_its_training_sta
     assert err == (f"vanilla-transformer train: error: --resume-from-checkpoint {run / 'checkpoint-2'} has no "
                    "optimizer state and random generator states: the resumed run would not match an uninterrupted "
                    "one; pass --resume-weights-only to go on with what it holds")
-    with caplog.at_level("INFO", logger="vanilla_transformer.training"):
+    with caplog.at_level("INFO", logger="vanilla_transformer"):
         main(["train", "--resume-from-checkpoint", "auto", "--output-dir", str(run), "--resume-weights-only",
               "--max_steps", "3", "--disable_tqdm", "true"])
     assert (f"resuming from {run / 'checkpoint-2'}, the newest complete checkpoint of {run} (step 2)") in caplog.text
@@ -909,12 +909,12 @@ def test_command_trains_in_bf16_on_cpu_with_the_attention_kernel_asked_for(
 def test_command_defaults_are_the_papers_recipe_and_the_demo_without_data():
     from vanilla_transformer.cli.train import parse_arguments
 
-    model_args, data_args, recipe_args, args, is_demo = parse_arguments([])
-    assert is_demo and args.output_dir == "outputs/number-words-en-fr" and model_args.d_model == 128
+    model_args, data_args, recipe_args, args, profile = parse_arguments([])
+    assert profile.demo and args.output_dir == "outputs/number-words-en-fr" and model_args.d_model == 128
     assert (args.lr_scheduler_type, args.adam_beta2, args.adam_epsilon, args.label_smoothing_factor) == (
         "inverse_sqrt", 0.98, 1e-9, 0.1)
-    _, _, _, args, is_demo = parse_arguments(["--train_file", "pairs.tsv", "--output_dir", "out", "--bf16", "false"])
-    assert not is_demo and args.warmup_steps == 4000 and args.max_steps == -1
+    _, _, _, args, profile = parse_arguments(["--train_file", "pairs.tsv", "--output_dir", "out", "--bf16", "false"])
+    assert not profile.demo and args.warmup_steps == 4000 and args.max_steps == -1
     with pytest.raises(UserError, match="--output-dir is required"):  # own data needs an output folder
         parse_arguments(["--train_file", "pairs.tsv"])
 
@@ -980,11 +980,11 @@ def test_command_loads_validation_and_test_splits_from_files(corpus, tmp_path):
     sources, targets = tmp_path / "test.en", tmp_path / "test.fr"
     sources.write_text("one\ntwo\n", encoding="utf-8")
     targets.write_text("un\ndeux\n", encoding="utf-8")
-    _, data_args, _, args, is_demo = parse_arguments([
+    _, data_args, _, args, profile = parse_arguments([
         "--train_file", str(pairs), "--validation_file", str(pairs), "--test_source_file", str(sources),
         "--test_target_file", str(targets), "--target_lang", "fr", "--output_dir", str(tmp_path / "out"),
     ])
-    splits = load_data(data_args, is_demo, args.seed)
+    splits = load_data(data_args, profile, args.seed)
     assert sorted(splits) == ["test", "train", "validation"]
     assert len(splits["train"]) == len(splits["validation"]) == 600
     assert splits["test"]["translation"] == [{"en": "one", "fr": "un"}, {"en": "two", "fr": "deux"}]
@@ -1296,7 +1296,7 @@ def test_a_resume_over_changed_training_data_is_refused_unless_asked_for(how, co
         "resume is impossible on other data; pass --resume-on-changed-data to continue anyway")
     assert record.read_text() == recorded  # nothing written
 
-    with caplog.at_level("WARNING", logger="vanilla_transformer.training"):
+    with caplog.at_level("WARNING", logger="vanilla_transformer"):
         main([*resume, "--resume-on-changed-data"])
     assert f"{pairs} changed since the run trained on it (600 -> 640 lines): --resume-on-changed-data" in caplog.text
     assert json.loads(record.read_text())["data_fingerprints"][str(pairs)]["lines"] == 640
