@@ -22,5 +22,6 @@ install: $(VENV)/.installed-core
 demo: $(VENV)/.installed-train
 	$(VENV)/bin/vanilla-transformer train --overwrite-finished-run  # continues an interrupted demo, replaces a finished one
 
+# One pytest worker a core (pytest-xdist), each test file on one worker so that its fixtures are built once.
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile

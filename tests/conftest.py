@@ -1,9 +1,17 @@
 import contextlib
+import os
 from pathlib import Path
 
-import pytest
-import torch
-from transformers import AutoTokenizer
+# Under pytest-xdist (`-n N`, as `make test` runs the suite) each worker gets its share of the cores for torch's
+# threads, set before torch is imported: N workers each running as many threads as there are cores would thrash. The
+# processes the tests start inherit it.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.tokenization import train_tokenizer
