@@ -560,3 +560,71 @@ def test_a_full_disk_during_export_says_about_what_the_export_writes(saved_model
     estimate = export._size_written(SimpleNamespace(model=str(saved_model), max_positions=512), "ONNX")
     assert estimate == 3 * export._size_written(SimpleNamespace(model=str(saved_model), max_positions=512),
                                                 "CTranslate2")
+
+
+# --- A bug keeps its traceback; an input mistake is one line ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("exporter", ["ctranslate2", "onnx"])
+def test_an_unexpected_error_inside_an_export_keeps_its_traceback_and_its_refusals_stay_one_line(
+    exporter, saved_model, tmp_path, capsys, monkeypatch
+):
+    """Only the export's own refusals (settings, an unsupported model, what the disk says) are worded as one line:
+    a ValueError from inside the conversion is a bug, raised with its traceback (the console script exits with 1)."""
+    command, function = {"ctranslate2": ("export-ct2", "export_ctranslate2"), "onnx": ("export-onnx", "export_onnx")}[
+        exporter]
+    module = f"vanilla_transformer.backends.{exporter}.export"
+    original = getattr(__import__(module, fromlist=[function]), function)
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal check failed")
+
+    monkeypatch.setattr(f"{module}.{function}", bug)
+    with pytest.raises(ValueError, match="an internal check failed"):
+        main([command, "--model", str(saved_model), "--out", str(tmp_path / "out")])
+    if exporter == "ctranslate2":  # the installed command: the traceback on standard error, exit status 1
+        script = (f"import {module} as export; export.{function} = lambda *a, **k: int('x'); "
+                  "from vanilla_transformer.cli.main import main; main()")
+        result = subprocess.run([sys.executable, "-c", script, command, "--model", str(saved_model), "--out",
+                                 str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
+        assert result.stderr.rstrip().endswith("ValueError: invalid literal for int() with base 10: 'x'")
+    # An input mistake the export finds itself: its one line, exit status 2.
+    monkeypatch.setattr(f"{module}.{function}", original)
+    err = run_main([command, "--model", str(saved_model), "--out", str(saved_model), "--force"], capsys)
+    assert err == (f"vanilla-transformer {command}: error: The output folder {saved_model} would replace the model "
+                   f"folder {saved_model}; choose another.\n")
+
+
+def test_an_unexpected_error_while_building_a_run_keeps_its_traceback_and_bad_data_stays_one_line(
+    corpus, tokenizer_dir, tmp_path, capsys, monkeypatch
+):
+    from test_training import train_command
+
+    from vanilla_transformer.training import data
+
+    argv = train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "1")
+    original = data.load_tsv
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal check failed")
+
+    monkeypatch.setattr(data, "load_tsv", bug)
+    with pytest.raises(ValueError, match="an internal check failed"):
+        main(argv)
+    monkeypatch.setattr(data, "load_tsv", original)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("one\tun\ntwo deux\n", encoding="utf-8")
+    err = run_main([*argv, "--train_file", str(bad), "--output_dir", str(tmp_path / "bad-run")], capsys)
+    assert err.splitlines()[-1] == f"vanilla-transformer train: error: {bad}, line 2: expected one tab, found 0"
+
+
+def test_an_unexpected_error_while_averaging_keeps_its_traceback(tmp_path, monkeypatch):
+    from vanilla_transformer.training import averaging
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal check failed")
+
+    monkeypatch.setattr(averaging, "find_checkpoints", bug)
+    with pytest.raises(ValueError, match="an internal check failed"):
+        main(["average", "--run", str(tmp_path), "--out", str(tmp_path / "averaged")])

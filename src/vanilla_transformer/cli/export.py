@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..backends import ctranslate2, onnx
+from ..backends import ExportSettingsError, UnsupportedModelError, ctranslate2, onnx
 from ..disk import folder_size, write_errors
 from ..errors import CommandParser, user_errors
 from ..files import check_output_folder
@@ -57,8 +57,10 @@ def _size_written(args: argparse.Namespace, kind: str) -> int:
 
 def _write(export, args: argparse.Namespace, quantization: str | None, kind: str) -> None:
     """`export(model, out, quantization, max_positions, force=...)` on the parsed flags, and the line that says so."""
-    # OSError: FileExistsError without --force, a folder it cannot write; a full disk is named with the space
-    with user_errors(ValueError, OSError), write_errors(args.out, _size_written(args, kind)):
+    # The export's own refusals; OSError: FileExistsError without --force, a folder it cannot write; a full disk is
+    # named with the space. Any other exception is a bug and keeps its traceback.
+    with user_errors(ExportSettingsError, UnsupportedModelError, OSError), \
+            write_errors(args.out, _size_written(args, kind)):
         export(args.model, args.out, quantization, args.max_positions, force=args.force)
     print(f"{kind} model written to {args.out}")
 

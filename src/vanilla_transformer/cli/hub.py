@@ -10,6 +10,7 @@ from ..errors import CommandParser, UserError, describe, user_errors
 from ..extras import require
 from ..files import check_output_file
 from ..folders import no_such_folder
+from ..hub.card_facts import CardFactsError
 from ..hub.reachability import check_model, hub_unreachable
 from ..model_folders import check_tokenizer_fits
 from .errors import hub_errors
@@ -45,7 +46,7 @@ def _check_card_arguments(args: argparse.Namespace, results: str | None, weights
         raise UserError(f"{args.run} is a file, not a folder" if Path(args.run).exists() else no_such_folder(args.run))
     if results is not None and not Path(results).is_file():
         raise UserError(f"{results} is a folder, not a file" if Path(results).is_dir() else f"no such file: {results}")
-    with user_errors(ValueError, OSError):  # read and checked before the model is loaded
+    with user_errors(CardFactsError, OSError):  # read and checked before the model is loaded
         return read_card_facts(results, args.run or args.model)
 
 
@@ -66,7 +67,7 @@ def model_card_command(argv: list[str]) -> None:
 
     facts = _check_card_arguments(args, args.results, weights=False, tokenizer=False)
     check_output_file(args.out, new_folders=True)  # a card is often a new folder, its figures beside it
-    with user_errors(ValueError, OSError), write_errors(Path(args.out).parent):
+    with user_errors(CardFactsError, OSError), write_errors(Path(args.out).parent):
         write_model_card(args.model, args.out, facts, run_dir=args.run, repo_id=args.repo_id, license=args.license)
     print(f"model card written to {args.out}")
 
@@ -142,7 +143,7 @@ def _check_hub_for_push() -> None:
 
 def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
-    from ..hub.push import write_repository
+    from ..hub.push import NoTokenizerError, write_repository
     from ..text_files import output_folder
 
     out = Path(args.dry_run)
@@ -155,7 +156,8 @@ def _dry_run(args: argparse.Namespace, facts: dict) -> None:
         raise UserError(f"--dry-run {out} is not empty; pass --force to replace what it holds, or choose another")
     check_output_file(str(out / "README.md"), new_folders=True)
     needed = folder_size(args.model, "model.safetensors", "*.json", "*.py")
-    with user_errors(ValueError, OSError), write_errors(out, needed), output_folder(out) as staging:
+    with user_errors(CardFactsError, NoTokenizerError, OSError), write_errors(out, needed), \
+            output_folder(out) as staging:
         files = write_repository(
             args.model, staging, args.repo_id, results=facts, run_dir=args.run, license=args.license
         )

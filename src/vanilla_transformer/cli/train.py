@@ -76,11 +76,11 @@ def average_command(argv: list[str]) -> None:
     parser.add_argument("--out", required=True, help="Folder for the averaged model (loads with from_pretrained).")
     parser.add_argument("--force", action="store_true", help="Replace the model --out already holds.")
     args = parser.parse_args(argv)
-    from ..training.averaging import average_checkpoints, find_checkpoints
-    from ..training.checkpoints import complete_checkpoints
+    from ..training.averaging import AveragingError, average_checkpoints, find_checkpoints
+    from ..training.checkpoints import IncompleteCheckpointError, complete_checkpoints
 
     check_output_folder(args.out)
-    with user_errors(ValueError, OSError):
+    with user_errors(AveragingError, IncompleteCheckpointError, OSError):
         checkpoints = find_checkpoints(args.run, args.last)
         for path, problem in complete_checkpoints(args.run, to_resume=False)[1].items():
             print(f"skipped {path}, an incomplete checkpoint: {problem}", file=sys.stderr)

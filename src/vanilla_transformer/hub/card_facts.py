@@ -36,6 +36,11 @@ from pathlib import Path
 from typing import Any
 
 
+class CardFactsError(ValueError):
+    """Facts for a model card (a results file, a run's records, its figures) that cannot be read or do not fit: the
+    message names the file or the field."""
+
+
 # What `train` records of a run in its output folder, so that --resume-from-checkpoint alone continues it.
 RUN_RECORD_FILE = "run_arguments.json"
 # The results `train` writes for the card (and `model-card` and `push` read first).
@@ -193,13 +198,13 @@ def averaged_checkpoints(model_dir: str | os.PathLike) -> list[dict] | None:
     try:
         recorded = _read_json(path)
     except ValueError as error:
-        raise ValueError(f"{path} is not JSON ({error})") from None
+        raise CardFactsError(f"{path} is not JSON ({error})") from None
     if recorded is None:
         return None
     checkpoints = recorded.get("checkpoints") if isinstance(recorded, dict) else None
     if not (isinstance(checkpoints, list) and checkpoints and all(
             isinstance(entry, dict) and isinstance(entry.get("step"), (int, type(None))) for entry in checkpoints)):
-        raise ValueError(f"{path} does not list the averaged checkpoints (`{{\"checkpoints\": [{{\"step\": ...}}]}}`)")
+        raise CardFactsError(f"{path} does not list the averaged checkpoints (`{{\"checkpoints\": [{{\"step\": ...}}]}}`)")
     return [{"checkpoint": entry.get("checkpoint"), "step": entry.get("step"), "epoch": entry.get("epoch")}
             for entry in checkpoints]
 
@@ -243,7 +248,7 @@ class CardFacts:
         """The facts of a JSON value: a description (a dict with any of the keys above) or a bare metrics dict (one
         evaluation). A `ValueError` naming the first entry the card cannot show (`where`: " in FILE")."""
         if not isinstance(value, dict):
-            raise ValueError(f"expected a JSON object (`{{\"results\": [...], ...}}`){where}, found {_json_type(value)}")
+            raise CardFactsError(f"expected a JSON object (`{{\"results\": [...], ...}}`){where}, found {_json_type(value)}")
         if not set(cls._ORDER) & set(value):  # a bare metrics dict (a Trainer's test_results.json) is one evaluation
             value = {"results": [value]}
         _check_facts(value, where)
@@ -279,9 +284,9 @@ def read_card_facts(results: "CardFacts | dict | str | os.PathLike | None", run_
             try:
                 results = json.loads(Path(results).read_text(encoding="utf-8"))
             except UnicodeDecodeError:
-                raise ValueError(f"{source} is not UTF-8 text") from None
+                raise CardFactsError(f"{source} is not UTF-8 text") from None
             except json.JSONDecodeError as error:
-                raise ValueError(f"{source} is not JSON ({error.msg}, line {error.lineno} column {error.colno})") from None
+                raise CardFactsError(f"{source} is not JSON ({error.msg}, line {error.lineno} column {error.colno})") from None
         facts = CardFacts.from_json(results, f" in {source}" if not isinstance(source, dict) else "")
     card_figures(facts, run_dir)
     return facts
@@ -295,31 +300,31 @@ def _check_facts(facts: dict, where: str) -> None:
 
     for key in ("results", "samples", "variants", "figures", "datasets"):
         if not isinstance(facts.get(key) or [], list):
-            raise ValueError(f"`{key}`{where} must be a list, found {_json_type(facts[key])}")
+            raise CardFactsError(f"`{key}`{where} must be a list, found {_json_type(facts[key])}")
     for index, entry in enumerate(facts.get("results") or [], 1):
         if not isinstance(entry, dict):
-            raise ValueError(f"result {index}{where} must be an object, found {_json_type(entry)}")
+            raise CardFactsError(f"result {index}{where} must be an object, found {_json_type(entry)}")
         prefix = score_prefix(entry)
         if f"{prefix}bleu" not in entry:
             keys = ", ".join(sorted(entry)) or "none"
-            raise ValueError(f"result {index}{where} has no BLEU score (`bleu` or `test_bleu`); its keys: {keys}")
+            raise CardFactsError(f"result {index}{where} has no BLEU score (`bleu` or `test_bleu`); its keys: {keys}")
         for name in ("bleu", "chrf", "exact_match"):
             value = entry.get(f"{prefix}{name}")
             if value is not None and not number(value):
-                raise ValueError(f"`{prefix}{name}` of result {index}{where} is not a number: {value!r}")
+                raise CardFactsError(f"`{prefix}{name}` of result {index}{where} is not a number: {value!r}")
     for index, sample in enumerate(facts.get("samples") or [], 1):
         items = [sample.get(key) for key in ("source", "reference", "hypothesis")] if isinstance(sample, dict) else (
             sample if isinstance(sample, list) and len(sample) == 3 else [None])
         if not all(isinstance(item, str) for item in items):
-            raise ValueError(f"sample {index}{where} needs the strings `source`, `reference` and `hypothesis`")
+            raise CardFactsError(f"sample {index}{where} needs the strings `source`, `reference` and `hypothesis`")
     for index, variant in enumerate(facts.get("variants") or [], 1):
         if not (isinstance(variant, dict) and number(variant.get("bleu")) and variant.get("model")):
-            raise ValueError(f"variant {index}{where} needs a `model` and a numeric `bleu`")
+            raise CardFactsError(f"variant {index}{where} needs a `model` and a numeric `bleu`")
         if variant.get("chrf") is not None and not number(variant["chrf"]):
-            raise ValueError(f"`chrf` of variant {index}{where} is not a number: {variant['chrf']!r}")
+            raise CardFactsError(f"`chrf` of variant {index}{where} is not a number: {variant['chrf']!r}")
     for index, figure in enumerate(facts.get("figures") or [], 1):
         if not (isinstance(figure, dict) and isinstance(figure.get("file"), str)):
-            raise ValueError(f"figure {index}{where} needs a `file`, relative to the run folder")
+            raise CardFactsError(f"figure {index}{where} needs a `file`, relative to the run folder")
 
 
 def score_prefix(entry: dict) -> str:
@@ -337,7 +342,7 @@ def card_figures(facts: CardFacts, run_dir: Path) -> list[tuple[Path, str]]:
         figures.append((path, figure.get("caption") or path.stem.replace("_", " ")))
     names = [path.name for path, _ in figures]
     if len(set(names)) < len(names):
-        raise ValueError(f"The card's figures must have different file names (they sit side by side): {names}.")
+        raise CardFactsError(f"The card's figures must have different file names (they sit side by side): {names}.")
     return figures
 
 
@@ -357,6 +362,7 @@ __all__ = [
     "RUN_RECORD_FILE",
     "RUN_RESULT_FILES",
     "CardFacts",
+    "CardFactsError",
     "RunFacts",
     "RunRecord",
     "average_in_words",

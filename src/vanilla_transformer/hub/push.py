@@ -23,6 +23,10 @@ from .card import write_model_card
 from .card_facts import CardFacts, read_card_facts
 
 
+class NoTokenizerError(ValueError):
+    """A model folder without its tokenizer: a translation model is shared with it."""
+
+
 def write_repository(
     model_dir: str | os.PathLike,
     out: str | os.PathLike,
@@ -44,7 +48,7 @@ def write_repository(
     model_dir, out = Path(model_dir), Path(out)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
     if not (model_dir / "tokenizer_config.json").is_file():
-        raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
+        raise NoTokenizerError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
     facts = read_card_facts(results, run_dir)  # a bad results file stops before the model is loaded
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
@@ -82,7 +86,7 @@ def push_to_hub(
     require("jinja2", extra="train")  # for the model card, checked before the repository is created
     model_dir = Path(model_dir)
     if not (model_dir / "tokenizer_config.json").is_file():
-        raise ValueError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
+        raise NoTokenizerError(f"No tokenizer in {model_dir}: a translation model is shared with its tokenizer.")
     read_card_facts(results, Path(run_dir) if run_dir is not None else model_dir)  # checked before too
     api = HfApi(token=token)
     # The repository's full name: "NAME" alone is created in the token owner's namespace.
@@ -103,4 +107,4 @@ def push_to_hub(
         )
 
 
-__all__ = ["push_to_hub", "write_repository"]
+__all__ = ["NoTokenizerError", "push_to_hub", "write_repository"]

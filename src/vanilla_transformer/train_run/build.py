@@ -8,8 +8,16 @@ from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..disk import write_errors
 from ..errors import user_errors
+from ..text_files import InvalidUTF8Error
 from ..training.cpu_speedups import CPUSeq2SeqTrainer, keep_freed_memory
-from ..training.data import default_num_proc, log_dropped_pairs, pair_texts, sample_pairs, single_threaded_tokenizers
+from ..training.data import (
+    DataError,
+    default_num_proc,
+    log_dropped_pairs,
+    pair_texts,
+    sample_pairs,
+    single_threaded_tokenizers,
+)
 from ..training.tokenization import train_tokenizer
 from ..training.trainer import (
     VALIDATION_DECODING, BPEDropoutDataset, TokenBatchSeq2SeqTrainer, tokenize_pairs, translation_metrics,
@@ -20,7 +28,7 @@ def load_data(data_args, profile, seed: int) -> dict:
     """The `train` split and optional `validation` / `test` splits of the run, as `translation` pair datasets:
     `profile`'s (a `profile.RunProfile`). A file the data loaders refuse is a `UserError` naming its file and line;
     a full disk under the datasets cache, one naming the cache and its free space."""
-    with user_errors(ValueError, OSError, EOFError), datasets_cache_errors():
+    with user_errors(DataError, InvalidUTF8Error, OSError, EOFError), datasets_cache_errors():
         return profile.load_data(data_args, seed)
 
 

@@ -29,6 +29,11 @@ from ..hub.card_facts import AVERAGED_CHECKPOINTS_FILE
 from ..text_files import output_folder
 
 
+class AveragingError(ValueError):
+    """Checkpoints that cannot be averaged as asked: none, too few, without weights, of different models, or an
+    output folder among them; the message names the folder or the tensor."""
+
+
 # Files of a Trainer checkpoint that are not copied next to the average: other weights and the state to resume training.
 _NOT_COPIED = [
     SAFE_WEIGHTS_NAME,
@@ -54,13 +59,13 @@ def find_checkpoints(run_dir: str | os.PathLike, last_n: int) -> list[Path]:
     """
     run_dir = Path(run_dir)
     if last_n < 1:
-        raise ValueError(f"`last_n` must be at least 1, got {last_n}.")
+        raise AveragingError(f"`last_n` must be at least 1, got {last_n}.")
     if not run_dir.is_dir():
-        raise ValueError(f"Run folder {run_dir} does not exist.")
+        raise AveragingError(f"Run folder {run_dir} does not exist.")
     complete, skipped = complete_checkpoints(run_dir, to_resume=False)
     if len(complete) < last_n:
         incomplete = f" complete (and {len(skipped)} incomplete)" if skipped else ""
-        raise ValueError(
+        raise AveragingError(
             f"Asked for the last {last_n} checkpoints but {run_dir} holds {len(complete)}{incomplete} "
             f"`{PREFIX_CHECKPOINT_DIR}-<step>` folders."
         )
@@ -84,14 +89,14 @@ def average_checkpoints(
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
     if not checkpoint_dirs:
-        raise ValueError("No checkpoints to average: give at least one checkpoint folder.")
+        raise AveragingError("No checkpoints to average: give at least one checkpoint folder.")
     for path in checkpoint_dirs:
         if not (path / SAFE_WEIGHTS_NAME).is_file():
-            raise ValueError(f"Checkpoint {path} has no {SAFE_WEIGHTS_NAME}.")
+            raise AveragingError(f"Checkpoint {path} has no {SAFE_WEIGHTS_NAME}.")
         if (problem := checkpoint_problem(path, to_resume=False)) is not None:
             raise IncompleteCheckpointError(f"Checkpoint {path} is incomplete: {problem}.")
         if output_dir.exists() and path.resolve() == output_dir.resolve():
-            raise ValueError(f"The output folder {output_dir} is one of the checkpoints; choose another folder.")
+            raise AveragingError(f"The output folder {output_dir} is one of the checkpoints; choose another folder.")
     if not force and any((output_dir / name).exists() for name in (SAFE_WEIGHTS_NAME, CONFIG_NAME)):
         raise FileExistsError(f"{output_dir} already holds a model; pass force=True (--force) to replace it.")
     last = checkpoint_dirs[-1]
@@ -144,11 +149,11 @@ def _check_same_tensors(checkpoint_dirs: list[Path], files: list) -> None:
         if unmatched:
             name = unmatched[0]
             where, other = (path, reference_dir) if name in names else (reference_dir, path)
-            raise ValueError(f"Checkpoint {where} has tensor {name!r} that {other} lacks: they are different models.")
+            raise AveragingError(f"Checkpoint {where} has tensor {name!r} that {other} lacks: they are different models.")
         for name, (shape, dtype) in expected.items():
             if _shape_and_dtype(file, name) != (shape, dtype):
                 other_shape, other_dtype = _shape_and_dtype(file, name)
-                raise ValueError(
+                raise AveragingError(
                     f"Checkpoint {path} has tensor {name!r} of shape {other_shape} and dtype {other_dtype}, but "
                     f"{reference_dir} has shape {shape} and dtype {dtype}: they are different models."
                 )
@@ -159,4 +164,4 @@ def _shape_and_dtype(file, name: str) -> tuple[list[int], str]:
     return tensor_slice.get_shape(), tensor_slice.get_dtype()
 
 
-__all__ = ["average_checkpoints", "find_checkpoints"]
+__all__ = ["AveragingError", "average_checkpoints", "find_checkpoints"]

@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from ..extras import require
-from ..text_files import iter_lines
+from ..text_files import InvalidUTF8Error, iter_lines
+
+
+class DataError(ValueError):
+    """A corpus that cannot be read as sentence pairs: the message names the file, the line and what is wrong, or
+    the data arguments that do not go together."""
 
 
 datasets = require("datasets", extra="train")
@@ -52,7 +57,10 @@ def load_hub_dataset(
     name: str, config_name: str | None, split: str, source_lang: str, target_lang: str
 ) -> datasets.Dataset:
     """A split of a Hub dataset in the WMT layout through `datasets.load_dataset`, e.g. `wmt14`, `de-en`, `train`."""
-    dataset = datasets.load_dataset(name, config_name, split=split)
+    try:
+        dataset = datasets.load_dataset(name, config_name, split=split)
+    except ValueError as error:  # `datasets` refuses a configuration or split the dataset does not have
+        raise DataError(f"{name} ({config_name}, {split}): {error}") from error
     check_translation_languages(dataset, source_lang, target_lang, description=f"{name} ({config_name}, {split})")
     return dataset
 
@@ -60,17 +68,17 @@ def load_hub_dataset(
 def check_translation_languages(
     dataset: datasets.Dataset, source_lang: str, target_lang: str, description: str
 ) -> None:
-    """Raise a `ValueError` naming what is missing unless `dataset` has a `translation` column with both languages."""
+    """Raise a `DataError` naming what is missing unless `dataset` has a `translation` column with both languages."""
     feature = dataset.features.get("translation")
     if feature is None:
-        raise ValueError(f"{description} has no 'translation' column (columns: {dataset.column_names})")
+        raise DataError(f"{description} has no 'translation' column (columns: {dataset.column_names})")
     if isinstance(feature, datasets.Translation):
         languages = feature.languages
     else:
         languages = list(feature) if isinstance(feature, dict) else []
     for lang in (source_lang, target_lang):
         if lang not in languages:
-            raise ValueError(f"{description} has no '{lang}' language in its translations (it has {languages})")
+            raise DataError(f"{description} has no '{lang}' language in its translations (it has {languages})")
 
 
 def load_parallel_corpus(
@@ -88,10 +96,10 @@ def load_parallel_corpus(
     `.jsonl` (either optionally `.gz`), or a Hub `dataset_name` (with `dataset_config_name` and `split`)."""
     given = [source_file is not None or target_file is not None, pairs_file is not None, dataset_name is not None]
     if sum(given) != 1:
-        raise ValueError("give exactly one of source_file + target_file, pairs_file or dataset_name")
+        raise DataError("give exactly one of source_file + target_file, pairs_file or dataset_name")
     if given[0]:
         if source_file is None or target_file is None:
-            raise ValueError("source_file and target_file go together")
+            raise DataError("source_file and target_file go together")
         return load_parallel_files(source_file, target_file, source_lang, target_lang)
     if dataset_name is not None:
         return load_hub_dataset(dataset_name, dataset_config_name, split, source_lang, target_lang)
@@ -100,7 +108,7 @@ def load_parallel_corpus(
         return load_tsv(pairs_file, source_lang, target_lang)
     if suffix.endswith(".jsonl"):
         return load_jsonl(pairs_file, source_lang, target_lang)
-    raise ValueError(f"{pairs_file}: expected a .tsv or .jsonl file (optionally .gz)")
+    raise DataError(f"{pairs_file}: expected a .tsv or .jsonl file (optionally .gz)")
 
 
 def sample_pairs(dataset: datasets.Dataset, max_pairs: int | None, seed: int = 0) -> datasets.Dataset:
@@ -175,9 +183,9 @@ def _parallel_file_rows(source_file: PathLike, target_file: PathLike) -> Iterato
         # Past the end of one file, the other is read on only to count its lines.
     for path, count in ((source_file, source_count), (target_file, target_count)):
         if count == 0:
-            raise ValueError(f"{path} is empty")
+            raise DataError(f"{path} is empty")
     if source_count != target_count:
-        raise ValueError(
+        raise DataError(
             f"{source_file} has {source_count} lines but {target_file} has {target_count}; "
             "parallel files must be aligned line by line"
         )
@@ -191,10 +199,10 @@ def _tsv_rows(path: PathLike) -> Iterator[tuple[int, str, str]]:
             if not line.strip():
                 fields = ["", ""]  # a blank line: skipped like an empty pair
             else:
-                raise ValueError(f"{path}, line {number}: expected one tab, found {len(fields) - 1}")
+                raise DataError(f"{path}, line {number}: expected one tab, found {len(fields) - 1}")
         yield number, fields[0], fields[1]
     if number == 0:
-        raise ValueError(f"{path} is empty")
+        raise DataError(f"{path} is empty")
 
 
 def _jsonl_rows(path: PathLike, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
@@ -206,18 +214,18 @@ def _jsonl_rows(path: PathLike, source_lang: str, target_lang: str) -> Iterator[
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {number}: invalid JSON ({error.msg})") from error
+            raise DataError(f"{path}, line {number}: invalid JSON ({error.msg})") from error
         translation = record.get("translation") if isinstance(record, dict) else None
         if not isinstance(translation, dict):
-            raise ValueError(f"{path}, line {number}: expected a JSON object with a 'translation' dict")
+            raise DataError(f"{path}, line {number}: expected a JSON object with a 'translation' dict")
         for lang in (source_lang, target_lang):
             if lang not in translation:
-                raise ValueError(f"{path}, line {number}: the translation has no '{lang}' key")
+                raise DataError(f"{path}, line {number}: the translation has no '{lang}' key")
             if not isinstance(translation[lang], str):
-                raise ValueError(f"{path}, line {number}: translation['{lang}'] is not a string")
+                raise DataError(f"{path}, line {number}: translation['{lang}'] is not a string")
         yield number, translation[source_lang], translation[target_lang]
     if number == 0:
-        raise ValueError(f"{path} is empty")
+        raise DataError(f"{path} is empty")
 
 
 def _translations(rows, rows_kwargs: dict, source_lang: str, target_lang: str, source_name: str, target_name: str):
@@ -230,21 +238,21 @@ def _translations(rows, rows_kwargs: dict, source_lang: str, target_lang: str, s
             skipped += 1
         elif not source or not target:
             empty_file, lang = (source_name, source_lang) if not source else (target_name, target_lang)
-            raise ValueError(f"{empty_file}, line {number}: empty '{lang}' sentence in a non-empty pair")
+            raise DataError(f"{empty_file}, line {number}: empty '{lang}' sentence in a non-empty pair")
         else:
             kept += 1
             yield {"translation": {source_lang: source, target_lang: target}}
     if skipped:
         logger.warning(f"Skipped {skipped} empty sentence pair(s) in {_describe(source_name, target_name)}")
     if not kept:
-        raise ValueError(f"{_describe(source_name, target_name)} holds no sentence pairs")
+        raise DataError(f"{_describe(source_name, target_name)} holds no sentence pairs")
 
 
 def _to_dataset(rows, rows_kwargs: dict, source_lang: str, target_lang: str, files: list[PathLike]) -> datasets.Dataset:
     """The dataset of the `translation` records of `rows(**rows_kwargs)`, written to an Arrow file in the `datasets`
     cache a batch at a time, so a corpus of millions of pairs is never held in memory as Python objects and later
     steps (`map`, `filter`) read it memory-mapped. The cache is reused while the files are unchanged (same paths,
-    sizes and modification times); an error reading a file is raised as the `ValueError` that names it."""
+    sizes and modification times); an error reading a file is raised as the `DataError` or `OSError` that names it."""
     names = [str(path) for path in files]
     source_name, target_name = names[0], names[-1]
     features = datasets.Features({"translation": datasets.Translation(languages=[source_lang, target_lang])})
@@ -257,7 +265,7 @@ def _to_dataset(rows, rows_kwargs: dict, source_lang: str, target_lang: str, fil
             fingerprint=_files_fingerprint(rows.__name__, files, source_lang, target_lang),
         )
     except datasets.exceptions.DatasetGenerationError as error:
-        if isinstance(error.__cause__, (ValueError, OSError, EOFError)):
+        if isinstance(error.__cause__, (DataError, InvalidUTF8Error, OSError, EOFError)):
             raise error.__cause__ from None
         raise
 

@@ -15,7 +15,7 @@ from ...model.modeling_vanilla_transformer import (
     sinusoidal_position_encoding,
 )
 from ...text_files import output_folder
-from .. import UnsupportedModelError
+from .. import ExportSettingsError, UnsupportedModelError
 from . import QUANTIZATIONS
 
 
@@ -34,11 +34,12 @@ def check_export(model_dir: Path, output_dir: Path, quantization, quantizations,
     """The checks an export makes before it loads anything (this one and the ONNX one): a known quantization, a
     positive position table, an output folder that is not the model's, and none replaced without `force`."""
     if quantization is not None and quantization not in quantizations:
-        raise ValueError(f"Unknown quantization {quantization!r}; choose one of {', '.join(quantizations)}.")
+        raise ExportSettingsError(f"Unknown quantization {quantization!r}; choose one of {', '.join(quantizations)}.")
     if max_positions < 1:
-        raise ValueError(f"max_positions must be positive, got {max_positions}.")
+        raise ExportSettingsError(f"max_positions must be positive, got {max_positions}.")
     if model_dir.resolve() == output_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
-        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}; choose another.")
+        raise ExportSettingsError(
+            f"The output folder {output_dir} would replace the model folder {model_dir}; choose another.")
     if output_dir.exists() and not force:
         raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
 
@@ -150,7 +151,7 @@ def _vocabulary(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> list[str
     """The tokenizer's tokens in id order, one for each of the model's `vocab_size` embedding rows."""
     vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     if len(vocabulary) > vocab_size:
-        raise ValueError(
+        raise UnsupportedModelError(
             f"The tokenizer has {len(vocabulary)} tokens but the model only {vocab_size} embeddings; "
             "they were not trained together."
         )
