@@ -44,7 +44,7 @@ def check_model_files(folder: str | os.PathLike, names) -> None:
 
 
 # The special tokens a tokenizer and its model must agree on: the tokenizer's attribute and the config's keys.
-SPECIAL_TOKENS = (
+SPECIAL_TOKEN_IDS = (
     ("pad_token_id", ("pad_token_id",)),
     ("eos_token_id", ("eos_token_id",)),
     ("bos_token_id", ("bos_token_id", "decoder_start_token_id")),
@@ -63,7 +63,7 @@ def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
     tokenizer = tokenizer or model
     with user_errors(OSError, ValueError):
         config = PretrainedConfig.get_config_dict(model)[0]
-    keys = ["vocab_size", *(key for _, keys in SPECIAL_TOKENS for key in keys)]
+    keys = ["vocab_size", *(key for _, keys in SPECIAL_TOKEN_IDS for key in keys)]
     if all(config.get(key) is None for key in keys):
         return  # nothing to hold the tokenizer against
     try:
@@ -77,7 +77,7 @@ def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
             f"{where} has {len(loaded):,} tokens but the model {model} has {vocab_size:,} embedding rows (vocab_size): "
             "they were not made together"
         )
-    for attribute, keys in SPECIAL_TOKENS:
+    for attribute, keys in SPECIAL_TOKEN_IDS:
         token_id = getattr(loaded, attribute)
         for key in keys:
             if token_id is not None and config.get(key) is not None and config[key] != token_id:

@@ -31,7 +31,7 @@ from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..text_files import output_file
 from .card_facts import (TRAINER_SPLITS, CardFacts, average_in_words, averaged_checkpoints, card_figures,
-                         read_card_facts, recorded_run, score_prefix, trained_steps)
+                         read_card_facts, read_json, recorded_run, score_prefix, trained_steps)
 
 CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
 TAGS = ["translation", "vanilla-transformer", "transformer", "seq2seq", "encoder-decoder"]
@@ -77,7 +77,7 @@ def model_card(
     evaluations = [_evaluation(entry, source_lang, target_lang, run.get("split_data") or {}) for entry in facts.results]
     # The arguments the Trainer logged to TensorBoard, else those the `train` command recorded.
     training_args = {**_recorded_training_arguments(run, config), **_logged_training_arguments(run_dir)}
-    trainer_state = _read_json(run_dir / "trainer_state.json")
+    trainer_state = read_json(run_dir / "trainer_state.json")
     samples = [_sample(sample) for sample in facts.samples or []]
     figures = [dict(name=path.name, caption=caption) for path, caption in card_figures(facts, run_dir)]
     datasets = (facts.datasets or run.get("datasets")
@@ -294,10 +294,6 @@ def _logged_training_arguments(run_dir: Path) -> dict:
                 if value.tag == "args/text_summary":
                     arguments = json.loads(value.tensor.string_val[0].decode("utf-8"))
     return arguments
-
-
-def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _duration(seconds: float) -> str:

@@ -31,9 +31,21 @@ the weights.
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+
+# A checkpoint folder of a run, as the Trainer names it (`PREFIX_CHECKPOINT_DIR`-step), defined once for every layer
+# that reads run folders.
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The step of a `checkpoint-<step>` folder name; None for any other name."""
+    match = CHECKPOINT_PATTERN.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
 
 
 class CardFactsError(ValueError):
@@ -91,7 +103,7 @@ class RunRecord:
     def read(cls, run_dir: str | os.PathLike) -> "RunRecord | None":
         """The record of the run in `run_dir`; None when it has none (or the file holds no JSON object). A
         `ValueError` when the file is not JSON."""
-        recorded = _read_json(Path(run_dir) / RUN_RECORD_FILE)
+        recorded = read_json(Path(run_dir) / RUN_RECORD_FILE)
         if not isinstance(recorded, dict):
             return None
         arguments = {name: value for name, value in recorded.items() if name not in ("demo", "run")}
@@ -173,12 +185,12 @@ def trained_steps(model_dir: str | os.PathLike, run_dir: str | os.PathLike,
         return averaged[-1]["step"], averaged[-1]["epoch"]
     run_dir = Path(run_dir)
     for folder in dict.fromkeys([Path(model_dir), run_dir]):
-        if (state := _read_json(folder / "trainer_state.json")) is not None:
+        if (state := read_json(folder / "trainer_state.json")) is not None:
             return state["global_step"], state.get("epoch")
     if run.get("steps"):
         return run["steps"], run.get("epochs")
-    checkpoints = [path for path in run_dir.glob("checkpoint-*") if path.name.removeprefix("checkpoint-").isdigit()]
-    for checkpoint in sorted(checkpoints, key=lambda path: int(path.name.removeprefix("checkpoint-")), reverse=True):
+    checkpoints = [path for path in run_dir.iterdir() if checkpoint_step(path) is not None] if run_dir.is_dir() else []
+    for checkpoint in sorted(checkpoints, key=checkpoint_step, reverse=True):
         try:
             state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):  # missing or cut short: an interrupted checkpoint
@@ -196,7 +208,7 @@ def averaged_checkpoints(model_dir: str | os.PathLike) -> list[dict] | None:
     that cannot be read."""
     path = Path(model_dir) / AVERAGED_CHECKPOINTS_FILE
     try:
-        recorded = _read_json(path)
+        recorded = read_json(path)
     except ValueError as error:
         raise CardFactsError(f"{path} is not JSON ({error})") from None
     if recorded is None:
@@ -346,7 +358,8 @@ def card_figures(facts: CardFacts, run_dir: Path) -> list[tuple[Path, str]]:
     return figures
 
 
-def _read_json(path: Path):
+def read_json(path: Path):
+    """The JSON value of the file `path`, or None when there is no such file."""
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
@@ -363,6 +376,9 @@ __all__ = [
     "RUN_RESULT_FILES",
     "CardFacts",
     "CardFactsError",
+    "CHECKPOINT_PATTERN",
+    "checkpoint_step",
+    "read_json",
     "RunFacts",
     "RunRecord",
     "average_in_words",

@@ -11,6 +11,7 @@ from pathlib import Path
 from transformers import EarlyStoppingCallback, TrainerCallback
 
 from ..errors import Preempted
+from ..training.checkpoints import checkpoint_folder
 
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class TrainingClock(TrainerCallback):
         return self.seconds
 
     def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        folder = checkpoint_folder(args.output_dir, state.global_step)
         if state.is_world_process_zero and folder.is_dir() and self.complete:
             record = dict(seconds=self._measure(), sessions=self.sessions)
             (folder / self.TRAINING_TIME_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")

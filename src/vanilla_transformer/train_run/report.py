@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..hub.card import write_model_card
-from ..hub.card_facts import CARD_RESULTS_FILE, CardFacts, recorded_run
+from ..hub.card_facts import CARD_RESULTS_FILE, CardFacts, checkpoint_step, recorded_run
 from ..inference.metrics import score_translations
 from ..training.averaging import average_checkpoints, find_checkpoints
 from .profile import print_pair
@@ -47,7 +47,7 @@ def average_last_checkpoints(trainer, last_n: int) -> str:
     with tempfile.TemporaryDirectory() as folder:
         average_checkpoints(checkpoints, folder, force=True)
         trainer.model.load_state_dict(type(trainer.model).from_pretrained(folder).state_dict())
-    steps = [int(path.name.removeprefix("checkpoint-")) for path in checkpoints]
+    steps = [checkpoint_step(path) for path in checkpoints]
     return f"the average of the last {last_n} checkpoints (steps {steps[0]:,}-{steps[-1]:,})"
 
 

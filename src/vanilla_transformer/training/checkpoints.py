@@ -14,7 +14,6 @@ checkpoints older than a run's first marked one: an older release wrote them bef
 
 import json
 import os
-import re
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -22,10 +21,10 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..files import file_problem
+from ..hub.card_facts import checkpoint_step
 
 
 COMPLETE = "checkpoint_complete.json"
-CHECKPOINT_PATTERN = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
 # The training state that makes a resumed run the uninterrupted one: the Adam moments, the schedule's step and the
 # random generators (dropout, data order), as the Trainer names them.
 TRAINING_STATE = {"optimizer.pt": "optimizer state", "scheduler.pt": "learning-rate schedule state",
@@ -36,10 +35,9 @@ class IncompleteCheckpointError(ValueError):
     """A checkpoint that was not written to the end, or whose files were changed since; the message says which."""
 
 
-def checkpoint_step(path: str | os.PathLike) -> int | None:
-    """The step of a `checkpoint-<step>` folder name; None for any other name."""
-    match = CHECKPOINT_PATTERN.fullmatch(Path(path).name)
-    return int(match.group(1)) if match else None
+def checkpoint_folder(run_dir: str | os.PathLike, step: int) -> Path:
+    """The checkpoint folder of `run_dir` for `step`, named as the Trainer names it."""
+    return Path(run_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
 
 
 def run_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
@@ -183,7 +181,9 @@ __all__ = [
     "COMPLETE",
     "IncompleteCheckpointError",
     "MarkCompleteCheckpoints",
+    "checkpoint_folder",
     "checkpoint_problem",
+    "checkpoint_step",
     "complete_checkpoints",
     "missing_training_state",
     "newest_complete_checkpoint",
