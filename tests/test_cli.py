@@ -492,6 +492,7 @@ def test_a_config_value_of_the_wrong_type_is_named_in_one_line(command, value, p
     assert err == f"vanilla-transformer {command}: error: {config}: {problem}\n"
 
 
+@pytest.mark.slow  # a process of its own
 def test_console_script_names_a_config_value_of_the_wrong_type(saved_model, tmp_path):
     config = saved_model / "config.json"
     config.write_text(re.sub(r'"d_model": \d+', '"d_model": "big"', config.read_text()))
@@ -582,18 +583,22 @@ def test_an_unexpected_error_inside_an_export_keeps_its_traceback_and_its_refusa
     monkeypatch.setattr(f"{module}.{function}", bug)
     with pytest.raises(ValueError, match="an internal check failed"):
         main([command, "--model", str(saved_model), "--out", str(tmp_path / "out")])
-    if exporter == "ctranslate2":  # the installed command: the traceback on standard error, exit status 1
-        script = (f"import {module} as export; export.{function} = lambda *a, **k: int('x'); "
-                  "from vanilla_transformer.cli.main import main; main()")
-        result = subprocess.run([sys.executable, "-c", script, command, "--model", str(saved_model), "--out",
-                                 str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
-        assert result.stderr.rstrip().endswith("ValueError: invalid literal for int() with base 10: 'x'")
     # An input mistake the export finds itself: its one line, exit status 2.
     monkeypatch.setattr(f"{module}.{function}", original)
     err = run_main([command, "--model", str(saved_model), "--out", str(saved_model), "--force"], capsys)
     assert err == (f"vanilla-transformer {command}: error: The output folder {saved_model} would replace the model "
                    f"folder {saved_model}; choose another.\n")
+
+
+@pytest.mark.slow  # a process of its own
+def test_the_command_ends_a_bug_inside_an_export_with_its_traceback_and_exit_status_1(saved_model, tmp_path):
+    script = ("import vanilla_transformer.backends.ctranslate2.export as export; "
+              "export.export_ctranslate2 = lambda *a, **k: int('x'); "
+              "from vanilla_transformer.cli.main import main; main()")
+    result = subprocess.run([sys.executable, "-c", script, "export-ct2", "--model", str(saved_model), "--out",
+                             str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: invalid literal for int() with base 10: 'x'")
 
 
 def test_an_unexpected_error_while_building_a_run_keeps_its_traceback_and_bad_data_stays_one_line(

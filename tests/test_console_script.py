@@ -84,6 +84,7 @@ def test_translate_reads_only_sentences_from_a_pipe_and_writes_only_translations
     assert from_file.stdout == expected
 
 
+@pytest.mark.slow  # a process of its own
 def test_translate_with_standard_input_closed_says_so_in_one_line(tmp_path):
     # Said before the model is looked at.
     result = run_script("translate", "--model", tmp_path, stdin=None, preexec_fn=lambda: os.close(0))
@@ -105,6 +106,7 @@ def random_model(tokenizer_dir, tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # a process of its own
 def test_translate_ends_quietly_when_its_reader_goes(random_model, tmp_path):
     # `translate | head -1`: the reader has gone before the first translation is written.
     source = tmp_path / "sentences.txt"
@@ -119,6 +121,7 @@ def test_translate_ends_quietly_when_its_reader_goes(random_model, tmp_path):
     assert result.returncode == 141 and result.stderr == b""  # 128 + SIGPIPE, as a filter killed by the signal
 
 
+@pytest.mark.slow  # a process of its own
 def test_sigterm_during_translate_keeps_the_old_output_and_leaves_nothing_beside_it(random_model, tmp_path):
     source, output = tmp_path / "sentences.txt", tmp_path / "out.txt"
     source.write_text("".join(f"{i} one hundred and two\n" for i in range(3000)), encoding="utf-8")
@@ -137,6 +140,7 @@ def test_sigterm_during_translate_keeps_the_old_output_and_leaves_nothing_beside
     assert output.read_text() == "the old translations\n"
 
 
+@pytest.mark.slow  # a process of its own
 def test_a_line_of_200000_characters_gets_an_empty_line_and_a_warning_naming_it(random_model, tmp_path):
     words = ("one", "two", "hundred", "and", "forty", "thousand")
     huge = " ".join(words[i % 6] for i in range(33_000))  # about 200,000 characters

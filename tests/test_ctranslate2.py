@@ -382,6 +382,7 @@ print(json.dumps({"output": output.getvalue(), "torch": "torch" in sys.modules})
 """
 
 
+@pytest.mark.slow  # a process of its own
 @pytest.mark.parametrize("command", ["translate", "evaluate"])
 def test_the_ct2_backends_commands_import_no_torch(paper_model, tmp_path, command):
     import json

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 
 from vanilla_transformer.cli.main import COMMANDS
 
@@ -39,6 +40,7 @@ def test_help_and_every_commands_help_import_neither_torch_nor_transformers():
     assert imported_by(*argvs) == {" ".join(argv): [] for argv in argvs}
 
 
+@pytest.mark.slow  # a process of its own
 def test_importing_the_package_registers_the_model_with_transformers():
     """Outside the command line, `import vanilla_transformer` is eager, as documented: the Auto classes and the
     pipelines know the model."""

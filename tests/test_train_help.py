@@ -24,6 +24,7 @@ assert "torch" not in sys.modules and "transformers" not in sys.modules, "import
 """
 
 
+@pytest.mark.slow  # a process of its own
 def test_train_help_imports_neither_torch_nor_transformers():
     shown = subprocess.run([sys.executable, "-c", HELP_WITHOUT_TORCH], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr

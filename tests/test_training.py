@@ -450,6 +450,7 @@ def test_the_same_command_after_a_kill_continues_to_the_uninterrupted_runs_weigh
         assert (checkpoint / COMPLETE).is_file()
 
 
+@pytest.mark.slow  # a process of its own
 def test_sigterm_saves_a_checkpoint_and_the_same_command_continues_to_the_uninterrupted_runs_weights(
     uninterrupted_run, corpus, tokenizer_dir, tmp_path, caplog, capsys
 ):
@@ -660,6 +661,7 @@ def test_the_trainer_writes_trainer_state_json_last_in_a_checkpoint(corpus, toke
     assert present[str(checkpoint / "trainer_state.json")] == written
 
 
+@pytest.mark.slow  # a process of its own
 def test_one_train_command_per_output_folder_until_the_holder_dies(corpus, tokenizer_dir, tmp_path, capsys):
     import socket
 
@@ -1326,6 +1328,7 @@ def read_only_command(folder: Path, command: list[str]) -> list[str]:
     return [*wrapped, *command]
 
 
+@pytest.mark.slow  # a process of its own
 @BOTH_WAYS
 def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_work(how, corpus, tokenizer_dir, tmp_path,
                                                                               capsys, monkeypatch):

@@ -358,6 +358,7 @@ def test_output_file_is_replaced_whole_or_not_at_all(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o640
 
 
+@pytest.mark.slow  # a process of its own
 def test_what_a_killed_command_left_beside_its_output_is_removed_by_the_next(tmp_path):
     import os
     import socket
