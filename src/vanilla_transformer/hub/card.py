@@ -29,6 +29,7 @@ from transformers import GenerationConfig
 from ..extras import require
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..schedule import paper_learning_rate
 from ..text_files import output_file
 from .card_facts import (TRAINER_SPLITS, CardFacts, average_in_words, averaged_checkpoints, card_figures,
                          read_card_facts, read_json, recorded_run, score_prefix, trained_steps)
@@ -272,8 +273,8 @@ def _recorded_training_arguments(run: dict, config) -> dict:
     it: the section 5.3 peak, `lr_scale * (d_model * warmup)^-0.5`."""
     arguments = dict(run.get("arguments") or {})
     if arguments.get("learning_rate") == 0 and arguments.get("warmup_steps"):
-        peak = (config.d_model * arguments["warmup_steps"]) ** -0.5
-        arguments["learning_rate"] = arguments.get("lr_scale", 1.0) * peak
+        arguments["learning_rate"] = paper_learning_rate(config.d_model, arguments["warmup_steps"],
+                                                         arguments.get("lr_scale", 1.0))
     return arguments
 
 

@@ -30,17 +30,11 @@ from .recipe import PAPER_RECIPE
 from .checkpoints import MarkCompleteCheckpoints
 from .divergence import StopOnNonFiniteLoss
 from ..inference.metrics import score_translations
+from ..schedule import paper_learning_rate
 from .tokenization import BPEDropout
 
 
 logger = logging.getLogger(__name__)
-
-
-def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
-    """Peak factor of section 5.3. transformers' `inverse_sqrt` schedule multiplies it by
-    min(step / warmup, sqrt(warmup / step)), which gives exactly
-    lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
-    return scale * (d_model * warmup_steps) ** -0.5
 
 
 # Validation BLEU during training is a progress signal, decoded cheaply: greedy search, each sentence ending at the latest
