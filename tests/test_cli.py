@@ -507,7 +507,7 @@ def test_a_full_disk_stops_translate_in_one_line_and_keeps_the_old_output(saved_
                                                                           monkeypatch):
     import errno
 
-    from vanilla_transformer import text_files
+    from vanilla_transformer.paths import text_files
 
     class FullDisk:
         """A file whose writes the disk refuses once some lines are in."""
@@ -553,7 +553,7 @@ def test_a_full_disk_during_export_says_about_what_the_export_writes(saved_model
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("vanilla_transformer.backends.ctranslate2.export.export_ctranslate2", full_disk)
-    monkeypatch.setattr("vanilla_transformer.disk.free_space", lambda folder: 2**20)
+    monkeypatch.setattr("vanilla_transformer.paths.disk.free_space", lambda folder: 2**20)
     err = run_main(["export-ct2", "--model", str(saved_model), "--out", str(tmp_path / "full"), "--max-positions",
                     "512"], capsys)
     needed = float(re.search(r"\(1\.0 MiB free, ([\d.]+) MiB needed\)", err).group(1)) * 2**20

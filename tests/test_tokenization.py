@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.text_files import InvalidUTF8Error, read_lines
+from vanilla_transformer.paths.text_files import InvalidUTF8Error, read_lines
 from vanilla_transformer.training.tokenization import SPECIAL_TOKENS, BPEDropout, train_tokenizer
 
 

@@ -19,7 +19,7 @@ from vanilla_transformer.cli.main import main
 from vanilla_transformer.cli.translate import _target_lang
 from vanilla_transformer.inference.metrics import score_translations
 from vanilla_transformer.training.tokenization import train_tokenizer
-from vanilla_transformer.text_files import InvalidUTF8Error, iter_lines, read_lines
+from vanilla_transformer.paths.text_files import InvalidUTF8Error, iter_lines, read_lines
 from vanilla_transformer.inference.translate import translate_lines
 
 
@@ -342,7 +342,7 @@ def test_an_output_that_cannot_be_written_stops_the_command_before_translating(
 
 
 def test_output_file_is_replaced_whole_or_not_at_all(tmp_path):
-    from vanilla_transformer.text_files import output_file
+    from vanilla_transformer.paths.text_files import output_file
 
     target = tmp_path / "out.txt"
     target.write_text("old\n")
@@ -363,7 +363,7 @@ def test_what_a_killed_command_left_beside_its_output_is_removed_by_the_next(tmp
     import os
     import socket
 
-    from vanilla_transformer.text_files import output_file, output_folder
+    from vanilla_transformer.paths.text_files import output_file, output_folder
 
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True).stdout)  # a process that has ended

@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig  # noqa: E402
 from transformers.hf_argparser import string_to_bool  # noqa: E402
 
-from vanilla_transformer import text_files  # noqa: E402
+from vanilla_transformer.paths import text_files  # noqa: E402
 from vanilla_transformer.inference.attention_plots import attention_weights, plot_attention  # noqa: E402
 from vanilla_transformer.training.averaging import average_checkpoints, find_checkpoints  # noqa: E402
 from vanilla_transformer.backends.table import torch_translator  # noqa: E402

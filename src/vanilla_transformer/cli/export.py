@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 from ..backends import ExportSettingsError, UnsupportedModelError, ctranslate2, onnx
-from ..disk import folder_size, write_errors
+from ..paths.disk import folder_size, write_errors
 from ..errors import CommandParser, user_errors
-from ..files import check_output_folder
+from ..paths.files import check_output_folder
 from ..hub.reachability import check_model
-from ..model_folders import check_tokenizer_fits
+from ..paths.model_folders import check_tokenizer_fits
 from .arguments import positive_int
 
 

@@ -5,14 +5,14 @@ refuses or the network drops is one line (`cli.errors.hub_errors`)."""
 import argparse
 from pathlib import Path
 
-from ..disk import folder_size, write_errors
+from ..paths.disk import folder_size, write_errors
 from ..errors import CommandParser, UserError, describe, user_errors
 from ..extras import require
-from ..files import check_output_file
-from ..folders import no_such_folder
+from ..paths.files import check_output_file
+from ..paths.folders import no_such_folder
 from ..hub.card_facts import CardFactsError
 from ..hub.reachability import check_model, hub_unreachable
-from ..model_folders import check_tokenizer_fits
+from ..paths.model_folders import check_tokenizer_fits
 from .errors import hub_errors
 
 
@@ -144,7 +144,7 @@ def _check_hub_for_push() -> None:
 def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
     from ..hub.push import NoTokenizerError, write_repository
-    from ..text_files import output_folder
+    from ..paths.text_files import output_folder
 
     out = Path(args.dry_run)
     if out.exists() and not out.is_dir():

@@ -10,9 +10,9 @@ import sys
 from dataclasses import replace
 
 from ..demo.profile import DEMO_PROFILE
-from ..disk import folder_size, write_errors
+from ..paths.disk import folder_size, write_errors
 from ..errors import CommandParser, user_errors
-from ..files import check_output_folder
+from ..paths.files import check_output_folder
 from ..train_run.arguments import DATA_FLAGS, given_flags, train_help
 from ..train_run.profile import PAPER_PROFILE, RunProfile
 from .arguments import positive_int

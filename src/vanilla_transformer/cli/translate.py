@@ -8,12 +8,12 @@ import json
 import sys
 from pathlib import Path
 
-from ..disk import write_errors
+from ..paths.disk import write_errors
 from ..errors import CommandParser, InputTooLongError, UserError, user_errors
 from ..extras import MissingExtraError
-from ..files import check_input_file, check_output_file
+from ..paths.files import check_input_file, check_output_file
 from ..hub.reachability import check_model
-from ..model_folders import check_tokenizer_fits
+from ..paths.model_folders import check_tokenizer_fits
 from ..backends.table import BACKENDS
 from ..inference.attention_plots import KINDS
 from .arguments import device, positive_int
@@ -90,7 +90,7 @@ def _check_cuda_device(name: str | None) -> None:
 
 def _read_lines(path: str) -> list[str]:
     """The lines of `path`; an unreadable file or a bad byte is a `UserError` naming the file (and line)."""
-    from ..text_files import InvalidUTF8Error, read_lines
+    from ..paths.text_files import InvalidUTF8Error, read_lines
 
     with user_errors(OSError, EOFError, InvalidUTF8Error, path=path):
         return read_lines(path)
@@ -116,7 +116,7 @@ def translate_command(argv: list[str]) -> None:
     from tqdm.auto import tqdm
 
     from ..inference.lines import translate_in_chunks
-    from ..text_files import InvalidUTF8Error, iter_lines, output_file
+    from ..paths.text_files import InvalidUTF8Error, iter_lines, output_file
 
     check_output_file(args.output)
     num_lines = check_input_file(args.input)
@@ -168,7 +168,7 @@ def _evaluate_parser() -> CommandParser:
 
 def evaluate_command(argv: list[str]) -> None:
     args = _evaluate_parser().parse_args(argv)
-    from ..text_files import output_file
+    from ..paths.text_files import output_file
 
     if args.json == "-":
         raise UserError("--json -: give the name of a file to write (standard output has the scores)")

@@ -30,7 +30,7 @@ from ..extras import require
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..schedule import paper_learning_rate
-from ..text_files import output_file
+from ..paths.text_files import output_file
 from .card_facts import (TRAINER_SPLITS, CardFacts, average_in_words, averaged_checkpoints, card_figures,
                          read_card_facts, read_json, recorded_run, score_prefix, trained_steps)
 

@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 from ..errors import UserError, describe
-from ..folders import looks_local, no_such_folder
-from ..model_folders import TOKENIZER_FILES, check_model_folder
+from ..paths.folders import looks_local, no_such_folder
+from ..paths.model_folders import TOKENIZER_FILES, check_model_folder
 
 # A model on the Hub: USER/NAME (huggingface_hub checks the details when it is fetched).
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -6,9 +6,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..disk import write_errors
+from ..paths.disk import write_errors
 from ..errors import user_errors
-from ..text_files import InvalidUTF8Error
+from ..paths.text_files import InvalidUTF8Error
 from ..training.cpu_speedups import CPUSeq2SeqTrainer, keep_freed_memory
 from ..training.data import (
     DataError,

@@ -12,9 +12,9 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..hub.card_facts import RUN_RECORD_FILE
-from ..disk import disk_message, disk_problem
+from ..paths.disk import disk_message, disk_problem
 from ..errors import UserError, describe, user_errors
-from ..folders import existing_folder
+from ..paths.folders import existing_folder
 from ..training.checkpoints import (
     checkpoint_problem, checkpoint_step, complete_checkpoints, missing_training_state, newest_complete_checkpoint,
     weights_problem,

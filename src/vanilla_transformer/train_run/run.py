@@ -17,7 +17,7 @@ from transformers import set_seed
 from ..extras import require
 from ..errors import Preempted, user_errors
 from ..hub.reachability import check_model
-from ..model_folders import check_tokenizer_fits
+from ..paths.model_folders import check_tokenizer_fits
 from .build import (
     build_model, build_tokenizer, build_trainer, cpu_speedups, describe_model, load_data, tokenize_splits,
     training_dataset, validation_dataset,

@@ -26,7 +26,7 @@ from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, checkpoint_step, complete_checkpoints
 from ..hub.card_facts import AVERAGED_CHECKPOINTS_FILE
-from ..text_files import output_folder
+from ..paths.text_files import output_folder
 
 
 class AveragingError(ValueError):

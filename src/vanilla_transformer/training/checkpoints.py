@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..files import file_problem
+from ..paths.files import file_problem
 from ..hub.card_facts import checkpoint_step
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..extras import require
-from ..text_files import InvalidUTF8Error, iter_lines
+from ..paths.text_files import InvalidUTF8Error, iter_lines
 
 
 class DataError(ValueError):

@@ -10,7 +10,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..text_files import iter_lines
+from ..paths.text_files import iter_lines
 
 
 # Their order gives the ids of `VanillaTransformerConfig`: pad 0, bos (= decoder start) 1, eos 2.

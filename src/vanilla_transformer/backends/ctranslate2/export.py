@@ -14,7 +14,7 @@ from ...model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
 )
-from ...text_files import output_folder
+from ...paths.text_files import output_folder
 from .. import ExportSettingsError, UnsupportedModelError
 from . import QUANTIZATIONS
 

@@ -30,7 +30,7 @@ from transformers import AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from ...extras import MissingExtraError, require
-from ...text_files import output_folder
+from ...paths.text_files import output_folder
 from ..ctranslate2.export import check_export
 from . import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES, QUANTIZATIONS
 from ...model.modeling_vanilla_transformer import (

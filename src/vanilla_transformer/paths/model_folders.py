@@ -4,7 +4,7 @@ the model. A folder without tokenizer files is named as such, not blamed on a mi
 import os
 from pathlib import Path
 
-from .errors import UserError, describe, user_errors
+from ..errors import UserError, describe, user_errors
 from .files import file_problem
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 from .folders import existing_folder
 
 # What a write the disk refused says: Python's OSError by its errno; safetensors and CTranslate2 by the OS's message;

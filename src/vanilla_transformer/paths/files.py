@@ -7,7 +7,7 @@ import struct
 import sys
 from pathlib import Path
 
-from .errors import UserError, describe, user_errors
+from ..errors import UserError, describe, user_errors
 from .folders import no_such_folder
 
 
