@@ -60,16 +60,20 @@ def _size(count: int) -> str:
 
 
 @contextlib.contextmanager
-def write_errors(folder: str | os.PathLike, needed: int | None = None):
+def write_errors(folder: str | os.PathLike, needed: int | None = None, *, then=None):
     """Report a write into `folder` that the disk refuses inside ([`disk_problem`]) as a `UserError` naming the
     folder and the space ([`disk_message`]); other errors pass. What was written is the caller's to remove (written
-    beside its final name: `text_files.output_file`, `text_files.output_folder`)."""
+    beside its final name: `text_files.output_file`, `text_files.output_folder`), or `then`'s: called once the disk
+    refused, it cleans up and returns the space needed and what to do next, in words appended to the message."""
     try:
         yield
     except Exception as error:
         if isinstance(error, UserError) or (problem := disk_problem(error, folder)) is None:
             raise
-        raise UserError(disk_message(folder, problem, needed)) from error
+        next_step = ""
+        if then is not None:
+            needed, next_step = then()
+        raise UserError(disk_message(folder, problem, needed) + next_step) from error
 
 
 __all__ = ["disk_message", "disk_problem", "folder_size", "free_space", "write_errors"]

@@ -12,7 +12,7 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..hub.card_facts import RUN_RECORD_FILE
-from ..paths.disk import disk_message, disk_problem
+from ..paths.disk import write_errors
 from ..errors import UserError, describe, user_errors
 from ..paths.folders import existing_folder
 from ..training.checkpoints import (
@@ -116,26 +116,23 @@ def remove_incomplete_checkpoints(output_dir: str | os.PathLike) -> None:
         shutil.rmtree(path)
 
 
-@contextlib.contextmanager
 def disk_errors(output_dir: str | os.PathLike, process_index: int = 0):
-    """A write into the run's folder that the disk refuses (a checkpoint, the final model; `disk.disk_problem`)
-    as a `UserError` naming the folder, the space and the checkpoint to continue from; the first process deletes what
-    was cut short (checkpoints, the final weights), so that nothing half-written is left under a name that a later
-    command would trust."""
-    try:
-        yield
-    except Exception as error:
-        if isinstance(error, UserError) or (problem := disk_problem(error, output_dir)) is None:
-            raise
+    """A write into the run's folder that the disk refuses (a checkpoint, the final model; `disk.write_errors`) as a
+    `UserError` naming the folder, the space and the checkpoint to continue from; the first process deletes what was
+    cut short (checkpoints, the final weights), so that nothing half-written is left under a name that a later command
+    would trust."""
+
+    def clean_up_and_continue_from() -> tuple[int | None, str]:
         if process_index == 0:
             remove_incomplete_checkpoints(output_dir)
             if weights_problem(output_dir) is not None:
                 (Path(output_dir) / "model.safetensors").unlink()
         newest = newest_complete_checkpoint(output_dir)
         needed = sum(path.stat().st_size for path in newest.rglob("*") if path.is_file()) if newest else None
-        then = (f"; {newest} is the newest complete checkpoint: free space and run the same command to continue"
-                if newest else "; free space and run the command again")
-        raise UserError(disk_message(output_dir, problem, needed) + then) from error
+        return needed, (f"; {newest} is the newest complete checkpoint: free space and run the same command to "
+                        "continue" if newest else "; free space and run the command again")
+
+    return write_errors(output_dir, then=clean_up_and_continue_from)
 
 
 def remove_run(output_dir: str | os.PathLike) -> None:
