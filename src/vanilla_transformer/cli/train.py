@@ -49,10 +49,10 @@ def chosen_profile(argv: list[str]) -> RunProfile:
     if given_flags(argv) & set(DATA_FLAGS):
         return PAPER_PROFILE
     from ..train_run.resume import resolve_resume, resume_checkpoint
-    from ..train_run.run_record import recorded_run
+    from ..train_run.run_record import checkpoint_run_record
 
     checkpoint = resume_checkpoint(resolve_resume(argv, DEMO_PROFILE.output_dir)[0])
-    record = recorded_run(checkpoint) if checkpoint else None
+    record = checkpoint_run_record(checkpoint) if checkpoint else None
     if record is not None and record.demo is False:
         return replace(PAPER_PROFILE, output_dir=DEMO_PROFILE.output_dir)
     return DEMO_PROFILE

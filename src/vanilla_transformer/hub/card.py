@@ -8,7 +8,7 @@
 Its metadata (languages, license, datasets, a `model-index` with BLEU and chrF) and body (hyper-parameters, recipe,
 results with their sacreBLEU signature, samples, usage, license, citation) come from the saved config and generation
 config, the training run (`trainer_state.json`, the training arguments that the TensorBoard callback logs, what `train`
-recorded: `card_facts.recorded_run`), what `average` recorded of the checkpoints it averaged
+recorded: `card_facts.run_card_facts`), what `average` recorded of the checkpoints it averaged
 (`card_facts.averaged_checkpoints`) and the evaluation results (`card_facts.CardFacts`), rendered with
 `model_card_template.md`. The card invents nothing: an evaluation without `dataset` is shown as "data not named" and
 left out of the `model-index`, and without samples the usage examples translate a placeholder that says so.
@@ -32,7 +32,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForConditiona
 from ..schedule import paper_learning_rate
 from ..paths.text_files import output_file
 from .card_facts import (TRAINER_SPLITS, CardFacts, average_in_words, averaged_checkpoints, card_figures,
-                         read_card_facts, read_json, recorded_run, score_prefix, trained_steps)
+                         read_card_facts, read_json, run_card_facts, score_prefix, trained_steps)
 
 CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
 TAGS = ["translation", "vanilla-transformer", "transformer", "seq2seq", "encoder-decoder"]
@@ -70,7 +70,7 @@ def model_card(
     model_dir = Path(model_dir)
     run_dir = Path(run_dir) if run_dir is not None else model_dir
     facts = read_card_facts(results, run_dir)
-    run = recorded_run(run_dir)
+    run = run_card_facts(run_dir)
     config = VanillaTransformerConfig.from_pretrained(model_dir)
     source_lang = facts.source_lang or getattr(config, "source_lang", None) or run.get("source_lang")
     target_lang = facts.target_lang or getattr(config, "target_lang", None) or run.get("target_lang")
@@ -156,7 +156,7 @@ def write_model_card(
 
 def _evaluation(entry: dict, source_lang: str | None, target_lang: str | None, split_data: dict | None = None) -> dict:
     """One evaluation's scores, dataset and sacreBLEU signatures, with its `EvalResult`s for the model-index.
-    `split_data`: the data of each split where the entry names none (a Trainer's metrics; `recorded_run`)."""
+    `split_data`: the data of each split where the entry names none (a Trainer's metrics; `run_card_facts`)."""
     prefix = score_prefix(entry)
 
     def value(name):
@@ -269,7 +269,7 @@ def _decoding(model_dir: Path) -> dict | None:
 
 
 def _recorded_training_arguments(run: dict, config) -> dict:
-    """The training arguments `train` recorded (`recorded_run`), with `--learning-rate 0` read as the command reads
+    """The training arguments `train` recorded (`run_card_facts`), with `--learning-rate 0` read as the command reads
     it: the section 5.3 peak, `lr_scale * (d_model * warmup)^-0.5`."""
     arguments = dict(run.get("arguments") or {})
     if arguments.get("learning_rate") == 0 and arguments.get("warmup_steps"):
@@ -307,7 +307,7 @@ def _recipe_rows(config, training_args: dict, trainer_state: dict | None, traini
                  run: dict | None = None, *, trained: tuple[int, float | None] | None = None,
                  averaged: list[dict] | None = None) -> list[tuple[str, str]]:
     """(what, value) rows of the training table, from the logged arguments, the Trainer state, `training`, what
-    the run recorded (`recorded_run`: the training time and hardware of the whole run, resumes included), the steps
+    the run recorded (`run_card_facts`: the training time and hardware of the whole run, resumes included), the steps
     of the weights (`trained`: `card_facts.trained_steps`) and the checkpoints averaged (`averaged`)."""
     run = run or {}
     args = {**training_args, **training}

@@ -24,7 +24,7 @@ it (`test_results.json`: `test_bleu`, `test_chrf`, ...) or a description of the 
   to the card.
 
 [`read_card_facts`] checks them before anything is loaded: a `ValueError` names the file and the entry the card cannot
-show. [`recorded_run`] gives the card what the run recorded, in its words, and [`trained_steps`] the steps that made
+show. [`run_card_facts`] gives the card what the run recorded, in its words, and [`trained_steps`] the steps that made
 the weights.
 """
 
@@ -119,7 +119,7 @@ class RunRecord:
         return {**self.arguments, **demo, "run": self.facts.to_json()}
 
 
-def recorded_run(run_dir: str | os.PathLike) -> dict:
+def run_card_facts(run_dir: str | os.PathLike) -> dict:
     """What `vanilla-transformer train` recorded of the run in `run_dir` ([`RunRecord`]), as the card shows it:
     `training_data` (the data in words: file names with their pairs, or the Hub dataset with its configuration and
     split, for training, validation and test), `datasets` (Hub ids), `source_lang`, `target_lang`, `steps`, `epochs`,
@@ -178,7 +178,7 @@ def trained_steps(model_dir: str | os.PathLike, run_dir: str | os.PathLike,
     """(steps, epochs or None) that made the weights of `model_dir`, from the records, never the planned `max_steps`:
     for an average ([`averaged_checkpoints`]), its last checkpoint's; else the Trainer state saved with the weights
     (the model folder's, else the run's); else the steps of the whole run as `train` recorded it (`run`:
-    [`recorded_run`]; a run stopped by SIGTERM has no final Trainer state); else the state of the run's newest
+    [`run_card_facts`]; a run stopped by SIGTERM has no final Trainer state); else the state of the run's newest
     checkpoint that has one whole (the Trainer writes it last). None when nothing recorded them."""
     averaged = averaged_checkpoints(model_dir)
     if averaged and averaged[-1]["step"] is not None:
@@ -384,6 +384,6 @@ __all__ = [
     "average_in_words",
     "averaged_checkpoints",
     "read_card_facts",
-    "recorded_run",
+    "run_card_facts",
     "trained_steps",
 ]

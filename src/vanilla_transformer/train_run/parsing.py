@@ -19,7 +19,7 @@ from .arguments import (
 from ..training.cpu_speedups import cpu_computes_bfloat16
 from .profile import PAPER_PROFILE, RunProfile
 from .resume import MODEL_SIZE_FLAGS, resume_checkpoint
-from .run_record import DATA_FINGERPRINTS, check_resumed_flags, recorded_run
+from .run_record import DATA_FINGERPRINTS, check_resumed_flags, checkpoint_run_record
 
 
 class RunArguments(NamedTuple):
@@ -58,7 +58,7 @@ def parse_arguments(argv: list[str] | None = None, profile: RunProfile = PAPER_P
     parser = argument_parser()
     flags = given_flags(argv)
     checkpoint = resume_checkpoint(argv)
-    record = recorded_run(checkpoint) if checkpoint else None
+    record = checkpoint_run_record(checkpoint) if checkpoint else None
     recorded = {name: value for name, value in (record.arguments if record is not None else {}).items()
                 if name != DATA_FINGERPRINTS}
     parser.set_defaults(**profile.defaults)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..hub.card import write_model_card
-from ..hub.card_facts import CARD_RESULTS_FILE, CardFacts, checkpoint_step, recorded_run
+from ..hub.card_facts import CARD_RESULTS_FILE, CardFacts, checkpoint_step, run_card_facts
 from ..inference.metrics import score_translations
 from ..training.averaging import average_checkpoints, find_checkpoints
 from .profile import print_pair
@@ -167,7 +167,7 @@ def write_card(output_dir, results: CardFacts) -> None:
     `vanilla-transformer model-card` and `push`."""
     output_dir = Path(output_dir)
     # The data and languages as the run recorded them (run_arguments.json) where the results do not name them.
-    run = recorded_run(output_dir)
+    run = run_card_facts(output_dir)
     for name in ("training_data", "datasets", "source_lang", "target_lang"):
         if getattr(results, name) is None and name in run:
             setattr(results, name, run[name])

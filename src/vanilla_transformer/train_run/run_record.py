@@ -46,7 +46,7 @@ PATH_ARGUMENTS = ("model_name_or_path", "tokenizer_name", *(name for name in FIX
 logger = logging.getLogger(__name__)
 
 
-def recorded_run(checkpoint: str) -> RunRecord | None:
+def checkpoint_run_record(checkpoint: str) -> RunRecord | None:
     """The record of the run holding `checkpoint`; None for a run that recorded none (then the checkpoint's
     config.json still decides the model). A record that is not JSON is a `UserError` naming it."""
     with user_errors(ValueError, OSError, path=Path(checkpoint).parent / RUN_RECORD_FILE):
@@ -158,7 +158,7 @@ def check_data_unchanged(checkpoint: str, fingerprints: dict[str, dict], changed
     """A `UserError` naming the first training file whose `fingerprints` differ from those the run that `checkpoint`
     belongs to recorded, and what changed; with `changed_data` (--resume-on-changed-data) a warning instead. A run
     recorded without fingerprints (an older release), and a file the record does not fingerprint, are not checked."""
-    record = recorded_run(checkpoint)
+    record = checkpoint_run_record(checkpoint)
     recorded = (record.arguments.get(DATA_FINGERPRINTS) if record is not None else None) or {}
     for path, before in recorded.items():
         now = fingerprints.get(path)
