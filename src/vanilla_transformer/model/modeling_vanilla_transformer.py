@@ -1,8 +1,10 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model.
 
-The file follows section 3 of the paper: positions (3.5), embeddings (3.4), scaled dot-product and multi-head
-attention (3.2), the position-wise feed-forward network (3.3), encoder and decoder layers (3.1), then the stacks,
-the bare model and the model with its pre-softmax projection.
+The file builds section 3 up from its parts, each under a heading that names its section: positions (3.5),
+embeddings (3.4), scaled dot-product and multi-head attention (3.2), the position-wise feed-forward network (3.3) and
+the encoder and decoder layers (3.1); then transformers' pretrained-model plumbing (weight initialisation, loading),
+which the stacks subclass and so must come first; then the encoder and decoder stacks (3.1), the bare model and the
+model with its pre-softmax projection (3.4).
 """
 
 import math
