@@ -218,30 +218,14 @@ def _scores(args: argparse.Namespace, hypotheses: list[str], references: list[st
     return scores
 
 
-# How many sample translations evaluate --json keeps for the model card.
-CARD_SAMPLES = 5
-
-
 def _card_results(args: argparse.Namespace, scores: dict, sources, references, hypotheses):
-    """evaluate's scores as the results file of `model-card --results` and `push --card-results` (hub/card_facts.py): one
-    evaluation named by --dataset and --split, decoded as the options say, and the first non-empty pairs as samples."""
-    result = dict(
-        dataset=args.dataset or (Path(args.src).name if args.src != "-" else None),  # None: the card says "not named"
-        split=args.split or "test",
-        bleu=scores["bleu"],
-        chrf=scores["chrf"],
-        bleu_signature=scores["bleu_signature"],
-        chrf_signature=scores["chrf_signature"],
-        num_sentences=len(hypotheses),
-        decoding=_decoding_description(args),
-    )
-    if "bleu_lc_moses" in scores:  # with the train extra
-        result.update(bleu_lc_moses=scores["bleu_lc_moses"], bleu_lc_moses_signature=scores["bleu_lc_moses_signature"])
-    pairs = [(s, r, h) for s, r, h in zip(sources, references, hypotheses, strict=True) if s.strip()]
-    samples = [dict(source=s, reference=r, hypothesis=h) for s, r, h in pairs[:CARD_SAMPLES]]
-    from ..hub.card_facts import CardFacts
+    """evaluate's scores as the results file of `model-card --results` and `push --card-results`: one evaluation
+    named by --dataset and --split, decoded as the options say (`hub.evaluation.evaluation_card_facts`)."""
+    from ..hub.evaluation import evaluation_card_facts
 
-    return CardFacts(results=[result], samples=samples)
+    dataset = args.dataset or (Path(args.src).name if args.src != "-" else None)  # None: the card says "not named"
+    return evaluation_card_facts(dataset, args.split or "test", scores, sources, references, hypotheses,
+                                 decoding=_decoding_description(args))
 
 
 def _decoding_description(args: argparse.Namespace) -> str | None:
