@@ -575,16 +575,15 @@ def test_an_unexpected_error_inside_an_export_keeps_its_traceback_and_its_refusa
     command, function = {"ctranslate2": ("export-ct2", "export_ctranslate2"), "onnx": ("export-onnx", "export_onnx")}[
         exporter]
     module = f"vanilla_transformer.backends.{exporter}.export"
-    original = getattr(__import__(module, fromlist=[function]), function)
 
     def bug(*args, **kwargs):
         raise ValueError("an internal check failed")
 
-    monkeypatch.setattr(f"{module}.{function}", bug)
-    with pytest.raises(ValueError, match="an internal check failed"):
-        main([command, "--model", str(saved_model), "--out", str(tmp_path / "out")])
+    with monkeypatch.context() as patch:
+        patch.setattr(f"{module}.{function}", bug)
+        with pytest.raises(ValueError, match="an internal check failed"):
+            main([command, "--model", str(saved_model), "--out", str(tmp_path / "out")])
     # An input mistake the export finds itself: its one line, exit status 2.
-    monkeypatch.setattr(f"{module}.{function}", original)
     err = run_main([command, "--model", str(saved_model), "--out", str(saved_model), "--force"], capsys)
     assert err == (f"vanilla-transformer {command}: error: The output folder {saved_model} would replace the model "
                    f"folder {saved_model}; choose another.\n")
@@ -609,15 +608,14 @@ def test_an_unexpected_error_while_building_a_run_keeps_its_traceback_and_bad_da
     from vanilla_transformer.training import data
 
     argv = train_command(tmp_path, corpus, tokenizer_dir, tmp_path / "run", "--max_steps", "1")
-    original = data.load_tsv
 
     def bug(*args, **kwargs):
         raise ValueError("an internal check failed")
 
-    monkeypatch.setattr(data, "load_tsv", bug)
-    with pytest.raises(ValueError, match="an internal check failed"):
-        main(argv)
-    monkeypatch.setattr(data, "load_tsv", original)
+    with monkeypatch.context() as patch:
+        patch.setattr(data, "load_tsv", bug)
+        with pytest.raises(ValueError, match="an internal check failed"):
+            main(argv)
     bad = tmp_path / "bad.tsv"
     bad.write_text("one\tun\ntwo deux\n", encoding="utf-8")
     err = run_main([*argv, "--train_file", str(bad), "--output_dir", str(tmp_path / "bad-run")], capsys)

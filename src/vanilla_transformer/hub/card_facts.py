@@ -192,10 +192,11 @@ def trained_steps(model_dir: str | os.PathLike, run_dir: str | os.PathLike,
     checkpoints = [path for path in run_dir.iterdir() if checkpoint_step(path) is not None] if run_dir.is_dir() else []
     for checkpoint in sorted(checkpoints, key=checkpoint_step, reverse=True):
         try:
-            state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # missing or cut short: an interrupted checkpoint
+            state = read_json(checkpoint / "trainer_state.json")
+        except (OSError, ValueError):  # cut short: an interrupted checkpoint
             continue
-        return state["global_step"], state.get("epoch")
+        if state is not None:  # missing: an interrupted checkpoint
+            return state["global_step"], state.get("epoch")
     return None
 
 
@@ -372,18 +373,18 @@ def _json_type(value) -> str:
 __all__ = [
     "AVERAGED_CHECKPOINTS_FILE",
     "CARD_RESULTS_FILE",
-    "RUN_RECORD_FILE",
-    "RUN_RESULT_FILES",
+    "CHECKPOINT_PATTERN",
     "CardFacts",
     "CardFactsError",
-    "CHECKPOINT_PATTERN",
-    "checkpoint_step",
-    "read_json",
+    "RUN_RECORD_FILE",
+    "RUN_RESULT_FILES",
     "RunFacts",
     "RunRecord",
     "average_in_words",
     "averaged_checkpoints",
+    "checkpoint_step",
     "read_card_facts",
+    "read_json",
     "run_card_facts",
     "trained_steps",
 ]

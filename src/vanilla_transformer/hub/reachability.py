@@ -57,7 +57,7 @@ def check_config_values(folder: Path) -> None:
     if values.get("model_type") != VanillaTransformerConfig.model_type:
         return
     try:
-        VanillaTransformerConfig.from_pretrained(folder)
+        VanillaTransformerConfig.from_dict(values)
     except (StrictDataclassError, ValueError, TypeError) as error:
         # A strict field's error says which field; the cause under it, what is wrong with its value.
         raise UserError(f"{path}: {describe(error.__cause__ or error)}") from error

@@ -42,8 +42,8 @@ def tokenize_lines(
     numbered_lengths = [(first_line + to_translate[k], len(ids)) for k, ids in enumerate(input_ids)]
     _warn_long_lines([(number, length) for number, length in numbered_lengths if length <= bound],
                      warn_length or tokenizer.model_max_length)
-    if any(len(ids) > bound for ids in input_ids):
-        _warn_untranslated([(number, length) for number, length in numbered_lengths if length > bound], bound)
+    if too_long := [(number, length) for number, length in numbered_lengths if length > bound]:
+        _warn_untranslated(too_long, bound)
         kept = [k for k, ids in enumerate(input_ids) if len(ids) <= bound]
         to_translate, input_ids = [to_translate[k] for k in kept], [input_ids[k] for k in kept]
     return translations, to_translate, input_ids

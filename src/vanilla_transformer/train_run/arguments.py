@@ -18,6 +18,7 @@ PRESET_NAMES = ("base", "big", "tiny")
 # The flags that give the training data: without any, the `train` command runs the number-words demo.
 DATA_FLAGS = ("--source_file", "--train_file", "--dataset_name")
 
+
 @dataclass
 class ModelArguments:
     model_name_or_path: str | None = field(

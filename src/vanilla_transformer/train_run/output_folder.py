@@ -12,7 +12,7 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..hub.card_facts import RUN_RECORD_FILE
-from ..paths.disk import write_errors
+from ..paths.disk import folder_size, write_errors
 from ..errors import UserError, describe, user_errors
 from ..paths.folders import existing_folder
 from ..training.checkpoints import (
@@ -126,9 +126,9 @@ def disk_errors(output_dir: str | os.PathLike, process_index: int = 0):
         if process_index == 0:
             remove_incomplete_checkpoints(output_dir)
             if weights_problem(output_dir) is not None:
-                (Path(output_dir) / "model.safetensors").unlink()
+                (Path(output_dir) / SAFE_WEIGHTS_NAME).unlink()
         newest = newest_complete_checkpoint(output_dir)
-        needed = sum(path.stat().st_size for path in newest.rglob("*") if path.is_file()) if newest else None
+        needed = folder_size(newest, "**/*") if newest else None
         return needed, (f"; {newest} is the newest complete checkpoint: free space and run the same command to "
                         "continue" if newest else "; free space and run the command again")
 
@@ -145,7 +145,6 @@ def remove_run(output_dir: str | os.PathLike) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
-
 
 
 def remove_old_run(training_args) -> None:

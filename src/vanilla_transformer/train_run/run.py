@@ -23,7 +23,7 @@ from .build import (
     training_dataset, validation_dataset,
 )
 from .checks import check_arguments, check_new_model
-from ..training.checkpoints import newest_complete_checkpoint
+from ..training.checkpoints import checkpoint_folder, newest_complete_checkpoint
 from .output_folder import (
     check_output_dir, disk_errors, refused_writes, remove_incomplete_checkpoints, remove_old_run,
 )
@@ -37,7 +37,7 @@ from .resume import check_resumed_model, how_to_continue, resolve_resume, resume
 from .run_lock import FolderInUseError, run_lock
 from .run_record import check_data_unchanged, data_fingerprints, record_arguments, record_training_time
 from .callbacks import Patience, SaveOnSignal, TrainingClock, TrainingProgress, TrainingTimeBudget
-from ..training.trainer import paper_learning_rate
+from ..schedule import paper_learning_rate
 
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def train(arguments: RunArguments, given: list[str], preemption: SaveOnSignal, p
     if preemption.stopped:
         number, step = preemption.stopped
         raise Preempted(f"stopped by {signal.Signals(number).name} at step {step:,}, with a checkpoint: "
-                        f"{Path(training_args.output_dir) / f'checkpoint-{step}'}; "
+                        f"{checkpoint_folder(training_args.output_dir, step)}; "
                         f"{how_to_continue(given, training_args.output_dir)}", number)
     averaged = average_last_checkpoints(trainer, recipe_args.average_last) if recipe_args.average_last else None
     save_run(trainer, result)
