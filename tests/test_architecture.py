@@ -3,6 +3,7 @@ order of the folders, and the size limits of modules and functions (test_package
 cycles). docs/internals.md opens with the same map in words."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -153,3 +154,47 @@ def test_every_auto_class_load_refuses_the_folders_own_code():
     # piped to translate. The package registers its classes and loads with them, never asking.
     found = [call for path in FILES for call in auto_loads_without_trust_remote_code(path)]
     assert not found, "Auto classes that may ask whether to run a folder's code:\n" + "\n".join(found)
+
+
+# The command line's layers: cli/, and the `train` command's plumbing and demo profile below it. They word what stops a
+# command with its flags; the layers under them raise typed errors that carry their data, and their messages name
+# values and files, never a flag (`cli/errors.py` adds those where a command has one).
+COMMAND_LINE_LAYERS = ("train_run", "demo", "cli")
+FLAG = re.compile(r"(?<![\w-])--[a-z]")
+
+
+def raises_below_the_command_line():
+    """Each `raise` statement of a module outside `COMMAND_LINE_LAYERS` but errors.py (where `UserError` and the means
+    of raising one from another exception are defined), with its path."""
+    for path in FILES:
+        if layer(module_name(path)) in COMMAND_LINE_LAYERS or relative(path) == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                yield path, node
+
+
+def test_below_the_command_line_errors_are_typed():
+    found = [f"{relative(path)}:{node.lineno}: {ast.unparse(node)}" for path, node in raises_below_the_command_line()
+             if isinstance(node.exc, ast.Call) and ast.unparse(node.exc.func).split(".")[-1] == "UserError"]
+    assert not found, "A bare UserError below the command line (raise a typed subclass with its data):\n" + "\n".join(
+        found)
+
+
+def test_below_the_command_line_no_error_names_a_flag():
+    found = []
+    for path, node in raises_below_the_command_line():
+        texts = [part.value for part in ast.walk(node.exc)
+                 if isinstance(part, ast.Constant) and isinstance(part.value, str)]
+        if any(FLAG.search(text) for text in texts):
+            found.append(f"{relative(path)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "An error below the command line that names a command's flag:\n" + "\n".join(found)
+
+
+def test_the_guard_finds_a_bare_user_error_and_a_flag():
+    # The two checks above on a module of each kind, so that they cannot pass by finding nothing to read.
+    node = ast.parse('raise UserError(f"--max-steps must be positive, got {value}")').body[0]
+    assert isinstance(node, ast.Raise) and ast.unparse(node.exc.func) == "UserError"
+    assert any(FLAG.search(part.value) for part in ast.walk(node.exc) if isinstance(part, ast.Constant))
+    assert not FLAG.search("a--b") and not FLAG.search("---")
+    assert sum(1 for _ in raises_below_the_command_line()) > 50

@@ -165,7 +165,7 @@ def test_average_replaces_a_model_only_when_forced(run_dir, tmp_path, capsys):
         main(["average", "--run", str(run_dir), "--last", "2", "--out", str(out)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
-        f"vanilla-transformer average: error: {out} already holds a model; pass force=True (--force) to replace it.\n"
+        f"vanilla-transformer average: error: {out} already holds a model; pass --force to replace it.\n"
     )
     assert all(torch.equal(tensor, before[name]) for name, tensor in read_tensors(out).items())
     main(["average", "--run", str(run_dir), "--last", "2", "--out", str(out), "--force"])

@@ -324,19 +324,23 @@ def test_export_keeps_existing_folders_unless_forced(paper_model, capsys):
 
 def test_ct2_backend_says_a_transformers_folder_needs_exporting(paper_model, capsys):
     model_dir, _ = paper_model
-    with pytest.raises(ValueError, match="export-ct2 --model"):
+    with pytest.raises(ValueError, match="is a transformers model folder; the ct2 backend needs it exported first$"):
         BACKENDS["ct2"](model_dir, "cpu")
-    # The command says the same in one line and exits with status 2, without a traceback.
+    # The command says the same in one line, with the command that exports it, and exits with status 2, without a
+    # traceback.
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "--model", str(model_dir), "--backend", "ct2", "--input", str(model_dir / "config.json")])
     assert exit_info.value.code == 2
-    assert "export-ct2 --model" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"vanilla-transformer translate: error: {model_dir} is a transformers model folder; the ct2 backend needs it "
+        f"exported first: `vanilla-transformer export-ct2 --model {model_dir} --out {model_dir}-ct2`, then --model "
+        f"{model_dir}-ct2.\n")
 
 
 def test_inputs_longer_than_the_exported_positions_get_a_clear_error(paper_model, tmp_path):
     model_dir, _ = paper_model
     short = export_ctranslate2(model_dir, tmp_path / "short", max_positions=8)
-    with pytest.raises(RuntimeError, match="--max-positions"):
+    with pytest.raises(RuntimeError, match="larger max_positions"):
         BACKENDS["ct2"](short, "cpu")([SENTENCES[2]], num_beams=1)
 
 
@@ -352,6 +356,7 @@ def test_translate_command_reports_an_input_too_long_for_the_export_in_one_line(
     err = capsys.readouterr().err
     last_line = err.splitlines()[-1]  # after the progress bar of loading the weights
     assert last_line.startswith("vanilla-transformer translate: error: ") and "--max-positions" in last_line
+    assert "max_new_tokens" not in last_line and "--max-new-tokens" in last_line
     assert "Traceback" not in err and not output.exists()
 
 

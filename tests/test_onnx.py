@@ -296,7 +296,7 @@ def test_the_commands_run_the_onnx_backend(onnx_dir, trained_dir, tmp_path, caps
 
 def test_input_longer_than_the_exported_positions_is_one_line(onnx_dir, tmp_path, capsys):
     long_line = " ".join([english(77)] * 20)
-    with pytest.raises(InputTooLongError, match="--max-positions"):
+    with pytest.raises(InputTooLongError, match="larger max_positions"):
         BACKENDS["onnx"](onnx_dir, "cpu")([long_line], num_beams=1)
     source, output = tmp_path / "long.en", tmp_path / "out.fr"
     source.write_text(long_line + "\n")
@@ -317,7 +317,7 @@ def test_export_refuses_a_bad_out(trained_dir, onnx_dir, tmp_path, capsys):
         return err
 
     before = sorted(path.name for path in onnx_dir.iterdir())
-    assert "already exists; pass force=True (--force)" in refused(onnx_dir)
+    assert "already exists; pass --force to replace it" in refused(onnx_dir)
     assert sorted(path.name for path in onnx_dir.iterdir()) == before
     assert "would replace the model folder" in refused(trained_dir, "--force")
     assert "would replace the model folder" in refused(trained_dir.parent, "--force")
@@ -332,8 +332,12 @@ def test_export_refuses_a_bad_out(trained_dir, onnx_dir, tmp_path, capsys):
 
 
 def test_each_backend_points_to_the_other_kind_of_folder(trained_dir, onnx_dir, tmp_path, capsys):
-    with pytest.raises(ValueError, match="export-onnx --model"):
+    with pytest.raises(ValueError, match="is a transformers model folder; the onnx backend needs it exported first$"):
         BACKENDS["onnx"](trained_dir, "cpu")
+    with pytest.raises(SystemExit):  # the command adds the command that exports it
+        main(["translate", "--model", str(trained_dir), "--backend", "onnx", "--input",
+              str(trained_dir / "config.json")])
+    assert f"export-onnx --model {trained_dir} --out {trained_dir}-onnx`, then" in capsys.readouterr().err
     with pytest.raises(ValueError, match="holds no ONNX model"):
         BACKENDS["onnx"](tmp_path, "cpu")
     source = tmp_path / "source.en"

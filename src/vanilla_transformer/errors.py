@@ -2,7 +2,9 @@
 
 A mistake in what a command is given (a missing folder, a bad value, a file with a bad line) is a `UserError`;
 `user_errors()` turns the exceptions a call raises about its inputs into one, worded by `describe()`. The command line
-(`cli/`) prints each as one line, `vanilla-transformer COMMAND: error: ...`, and exits with status 2.
+(`cli/`) prints each as one line, `vanilla-transformer COMMAND: error: ...`, and exits with status 2. Below the
+command line, errors are typed and carry their data; where a message names a function's argument
+(`force=True`), the command line words it with its own flag (`cli/errors.py`).
 """
 
 import argparse
@@ -34,24 +36,35 @@ class TrainingDiverged(Exception):
 
 
 class InputTooLongError(RuntimeError):
-    """A source or output longer than the position table an `export-ct2` or `export-onnx` folder stores (its
-    `--max-positions`); raised by the `ct2` and `onnx` backends."""
+    """A source or output longer than the position table an exported CTranslate2 or ONNX folder stores (the
+    `max_positions` it was exported with); raised by the `ct2` and `onnx` backends. `problem` says which and how
+    long."""
+
+    def __init__(self, problem: str):
+        super().__init__(f"{problem}: export it again with a larger max_positions, or shorten the input or "
+                         "max_new_tokens")
+        self.problem = problem
 
 
-class NotExportedError(ValueError):
+class NotExportedError(UserError, ValueError):
     """A folder given to the `backend` backend ("ct2", "onnx") that holds no such model (`holds_no` says what is
-    missing): a transformers model folder is told the `export-<backend>` command that makes one."""
+    missing); `model_folder`: the folder holds a transformers model instead, which the export makes one of."""
 
-    def __init__(self, model_dir: Path, backend: str, holds_no: str):
-        if (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors")):
-            message = (
-                f"{model_dir} is a transformers model folder; the {backend} backend needs it exported first: "
-                f"`vanilla-transformer export-{backend} --model {model_dir} --out {model_dir}-{backend}`, then "
-                f"--model {model_dir}-{backend}."
-            )
+    def __init__(self, model_dir: Path, backend: str, holds_no: str, model_folder: bool):
+        if model_folder:
+            message = f"{model_dir} is a transformers model folder; the {backend} backend needs it exported first"
         else:
-            message = f"{model_dir} holds no {holds_no}; make one with `vanilla-transformer export-{backend}`."
+            message = f"{model_dir} holds no {holds_no}"
         super().__init__(message)
+        self.model_dir, self.backend, self.model_folder = model_dir, backend, model_folder
+
+
+class FolderExistsError(FileExistsError):
+    """An output folder that is there already (`holds`: what it holds), replaced only when asked (`force=True`)."""
+
+    def __init__(self, folder: Path, holds: str):
+        super().__init__(f"{folder} {holds}; pass force=True to replace it.")
+        self.folder, self.holds = folder, holds
 
 
 class OneLineErrors:
@@ -93,13 +106,17 @@ class CommandParser(OneLineErrors, argparse.ArgumentParser):
 
 
 @contextlib.contextmanager
-def user_errors(*types: type[BaseException], path: str | os.PathLike | None = None):
-    """Report the exceptions of `types` raised inside as `UserError`s (with `path` named when the message lacks it):
-    for calls that raise them about their inputs, so that nothing else is mistaken for the user's mistake."""
+def user_errors(*types: type[BaseException], path: str | os.PathLike | None = None, words=None):
+    """Report the exceptions of `types` raised inside as `UserError`s (with `path` named when the message lacks it),
+    worded by `words(error, path)` ([`describe`] by default): for calls that raise them about their inputs, so that
+    nothing else is mistaken for the user's mistake."""
+    words = words or describe
     try:
         yield
+    except UserError:  # worded already
+        raise
     except types as error:
-        raise UserError(describe(error, path)) from error
+        raise UserError(words(error, path)) from error
 
 
 def describe(error: BaseException, path: str | os.PathLike | None = None) -> str:
@@ -117,6 +134,7 @@ def describe(error: BaseException, path: str | os.PathLike | None = None) -> str
 
 __all__ = [
     "CommandParser",
+    "FolderExistsError",
     "InputTooLongError",
     "NotExportedError",
     "OneLineErrors",

@@ -1,14 +1,54 @@
 """How the command line words what stops a command: a `UserError` or a missing extra as one line,
 `vanilla-transformer COMMAND: error: ...`, exit status 2; a training run that diverged as one such line, exit status 3;
 Ctrl-C and a handled signal as one line with the signal's exit status; a push that the Hub refuses or the network
-drops as a `UserError`. Any other exception is a bug and keeps its traceback."""
+drops as a `UserError`. Any other exception is a bug and keeps its traceback.
+
+The layers below raise typed errors with their data; where their message names an argument of a Python function
+(`force=True`, `max_new_tokens`) or leaves out what a command does next, `command_line_message` words it with the
+command's flags."""
 
 import contextlib
+import os
 import sys
 
-from ..errors import Preempted, TrainingDiverged, UserError, describe
+from .. import errors
+from ..errors import FolderExistsError, InputTooLongError, NotExportedError, Preempted, TrainingDiverged, UserError
+from ..errors import describe
 from ..extras import MissingExtraError
 from ..hub.reachability import is_network_error, network_reason
+from ..paths.files import StandardInputClosedError
+from ..paths.model_folders import ExportFolderError
+
+
+def command_line_message(error: BaseException, path: str | os.PathLike | None = None) -> str:
+    """`error` as the command line says it, in one line (with `path` named when the message lacks it): the typed
+    errors whose message is worded for Python callers get the command's flags, any other is [`describe`]d."""
+    if isinstance(error, FolderExistsError):
+        message = f"{error.folder} {error.holds}; pass --force to replace it."
+    elif isinstance(error, InputTooLongError):
+        message = (f"{error.problem}: export it again with a larger --max-positions, or shorten the input or "
+                   "--max-new-tokens")
+    elif isinstance(error, NotExportedError) and error.model_folder:
+        exported = f"{error.model_dir}-{error.backend}"
+        message = (f"{error}: `vanilla-transformer export-{error.backend} --model {error.model_dir} --out {exported}`, "
+                   f"then --model {exported}.")
+    elif isinstance(error, NotExportedError):
+        message = f"{error}; make one with `vanilla-transformer export-{error.backend}`."
+    elif isinstance(error, ExportFolderError):
+        message = f"{error}: translate or evaluate it with --backend {error.backend}"
+    elif isinstance(error, StandardInputClosedError):
+        message = f"{error}: pipe the sentences in, or give --input FILE"
+    elif isinstance(error, UserError):
+        return str(error)
+    else:
+        return describe(error, path)
+    return f"{path}: {message}" if path is not None and str(path) not in message else message
+
+
+def user_errors(*types: type[BaseException], path: str | os.PathLike | None = None):
+    """`errors.user_errors` worded by [`command_line_message`]: the exceptions of `types` raised inside, about the
+    command's inputs, as one-line `UserError`s."""
+    return errors.user_errors(*types, path=path, words=command_line_message)
 
 
 @contextlib.contextmanager
@@ -18,7 +58,8 @@ def one_line_errors(name: str):
     try:
         yield
     except (UserError, MissingExtraError) as error:  # one line, not a traceback
-        print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
+        message = command_line_message(error) if isinstance(error, UserError) else error
+        print(f"vanilla-transformer {name}: error: {message}", file=sys.stderr)
         sys.exit(2)
     except TrainingDiverged as error:  # not the user's mistake, and no bug: the run's loss stopped being finite
         print(f"vanilla-transformer {name}: error: {error}", file=sys.stderr)
@@ -68,4 +109,4 @@ def describe_hub_error(error: BaseException) -> str:
     return describe(error)
 
 
-__all__ = ["describe_hub_error", "hub_errors", "one_line_errors"]
+__all__ = ["command_line_message", "describe_hub_error", "hub_errors", "one_line_errors", "user_errors"]

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from ..backends import ExportSettingsError, UnsupportedModelError, ctranslate2, onnx
 from ..paths.disk import folder_size, write_errors
-from ..errors import CommandParser, user_errors
+from ..errors import CommandParser
 from ..paths.files import check_output_folder
 from ..hub.reachability import check_model
 from ..paths.model_folders import check_tokenizer_fits
 from .arguments import positive_int
+from .errors import user_errors
 
 
 def _export_parser(prog: str, description: str, kind: str) -> CommandParser:

@@ -6,14 +6,14 @@ import argparse
 from pathlib import Path
 
 from ..paths.disk import folder_size, write_errors
-from ..errors import CommandParser, UserError, describe, user_errors
+from ..errors import CommandParser, UserError, describe
 from ..extras import require
 from ..paths.files import check_output_file
 from ..paths.folders import no_such_folder
 from ..hub.card_facts import CardFactsError
 from ..hub.reachability import check_model, hub_unreachable
 from ..paths.model_folders import check_tokenizer_fits
-from .errors import hub_errors
+from .errors import hub_errors, user_errors
 
 
 def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:

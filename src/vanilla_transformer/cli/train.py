@@ -11,11 +11,12 @@ from dataclasses import replace
 
 from ..demo.profile import DEMO_PROFILE
 from ..paths.disk import folder_size, write_errors
-from ..errors import CommandParser, user_errors
+from ..errors import CommandParser
 from ..paths.files import check_output_folder
 from ..train_run.arguments import DATA_FLAGS, given_flags, train_help
 from ..train_run.profile import PAPER_PROFILE, RunProfile
 from .arguments import positive_int
+from .errors import user_errors
 
 
 DESCRIPTION = ("Train (or fine-tune) a translation model with the paper's recipe on Seq2SeqTrainer. With no data flags "

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..paths.disk import write_errors
-from ..errors import CommandParser, InputTooLongError, UserError, user_errors
+from ..errors import CommandParser, InputTooLongError, UserError
 from ..extras import MissingExtraError
 from ..paths.files import check_input_file, check_output_file
 from ..hub.reachability import check_model
@@ -17,6 +17,7 @@ from ..paths.model_folders import check_tokenizer_fits
 from ..backends.table import BACKENDS
 from ..inference.attention_plots import KINDS
 from .arguments import device, positive_int
+from .errors import user_errors
 
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -230,14 +231,12 @@ def _card_results(args: argparse.Namespace, scores: dict, sources, references, h
 
 def _decoding_description(args: argparse.Namespace) -> str | None:
     """The decoding the options chose, where it differs from the model's generation config (None: it does not)."""
-    parts = []
-    if args.num_beams is not None:
-        parts.append("greedy search" if args.num_beams == 1 else f"beam size {args.num_beams}")
-    if args.max_new_tokens is not None:
-        parts.append(f"at most {args.max_new_tokens} new tokens")
+    from ..hub.evaluation import decoding_in_words
+
+    parts = [decoding_in_words(args.num_beams, max_new_tokens=args.max_new_tokens)]
     if args.backend == "ct2":  # an export-ct2 folder, maybe quantized: not quite the weights of the model folder
         parts.append("CTranslate2 (--backend ct2)")
-    return ", ".join(parts) or None
+    return ", ".join(part for part in parts if part) or None
 
 
 def _target_lang(args: argparse.Namespace) -> str:

@@ -8,6 +8,20 @@ from .card_facts import CardFacts
 CARD_SAMPLES = 5
 
 
+def decoding_in_words(num_beams: int | None = None, max_length: int | None = None,
+                      max_new_tokens: int | None = None) -> str | None:
+    """The decoding chosen where it differs from the model's generation config, in the card's words: the beams, the
+    length limit (in all, or new tokens); None when nothing differs."""
+    words = []
+    if num_beams is not None:
+        words.append("greedy search" if num_beams == 1 else f"beam size {num_beams}")
+    if max_length is not None:
+        words.append(f"at most {max_length} tokens")
+    if max_new_tokens is not None:
+        words.append(f"at most {max_new_tokens} new tokens")
+    return ", ".join(words) or None
+
+
 def evaluation_card_facts(dataset: str | None, split: str, scores: dict, sources, references, hypotheses,
                           decoding: str | None = None) -> CardFacts:
     """The card facts of one evaluation (`vanilla-transformer evaluate --json`): its scores (`inference.metrics.
@@ -30,4 +44,4 @@ def evaluation_card_facts(dataset: str | None, split: str, scores: dict, sources
     return CardFacts(results=[result], samples=samples)
 
 
-__all__ = ["CARD_SAMPLES", "evaluation_card_facts"]
+__all__ = ["CARD_SAMPLES", "decoding_in_words", "evaluation_card_facts"]

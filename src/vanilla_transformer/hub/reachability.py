@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import UserError, describe
 from ..paths.folders import looks_local, no_such_folder
-from ..paths.model_folders import TOKENIZER_FILES, check_model_folder
+from ..paths.model_folders import TOKENIZER_FILES, ModelFolderError, check_model_folder
 
 # A model on the Hub: USER/NAME (huggingface_hub checks the details when it is fetched).
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -17,11 +17,21 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 HUB_PROBE_TIMEOUT = 5.0
 
 
+class ModelNotFoundError(UserError):
+    """A model (`value`: a folder or a Hub id) that is neither a folder here nor a Hub model that can be fetched now;
+    the message says which and why."""
+
+    def __init__(self, value: str, message: str):
+        super().__init__(message)
+        self.value = value
+
+
 def check_model(
     value: str, *, config: bool = True, weights: bool = True, tokenizer: bool = True, hub: bool = True
 ) -> str:
     """`value` if it is a folder with the files asked for (`config.json`, weights, tokenizer files) or, with `hub`, a
-    Hub id USER/NAME that can be fetched; otherwise a `UserError` naming what is wrong. Checked before loading, so that
+    Hub id USER/NAME that can be fetched; otherwise a `ModelNotFoundError` or a `ModelFolderError` naming what is
+    wrong. Checked before loading, so that
     a mistyped path is never sent to the Hub as a repository name.
 
     A value is a path, never a Hub id, when it has more parts than USER/NAME, or its first part is a folder here or a
@@ -35,17 +45,17 @@ def check_model(
             check_config_values(folder)
         return value
     if folder.exists():
-        raise UserError(f"{value} is a file, not a folder")
+        raise ModelNotFoundError(value, f"{value} is a file, not a folder")
     if hub and HUB_ID.fullmatch(value) and not looks_local(value):
         _check_hub_model(value)
         return value
-    raise UserError(no_such_folder(value, hub_hint=hub))
+    raise ModelNotFoundError(value, no_such_folder(value, hub_hint=hub))
 
 
 def check_config_values(folder: Path) -> None:
-    """A `UserError` naming the folder's config.json and the field, when the configuration of this package's model
-    that it holds cannot build one (a field of the wrong type, a size out of range). A folder of another model is left
-    to transformers."""
+    """A `ModelFolderError` naming the folder's config.json and the field, when the configuration of this package's
+    model that it holds cannot build one (a field of the wrong type, a size out of range). A folder of another model is
+    left to transformers."""
     from huggingface_hub.errors import StrictDataclassError
 
     from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
@@ -53,34 +63,35 @@ def check_config_values(folder: Path) -> None:
     path = folder / "config.json"
     values = json.loads(path.read_text(encoding="utf-8"))  # whole JSON: check_model_folder read it
     if not isinstance(values, dict):
-        raise UserError(f"{path} holds no configuration (a JSON object)")
+        raise ModelFolderError(folder, f"{path} holds no configuration (a JSON object)")
     if values.get("model_type") != VanillaTransformerConfig.model_type:
         return
     try:
         VanillaTransformerConfig.from_dict(values)
     except (StrictDataclassError, ValueError, TypeError) as error:
         # A strict field's error says which field; the cause under it, what is wrong with its value.
-        raise UserError(f"{path}: {describe(error.__cause__ or error)}") from error
+        raise ModelFolderError(folder, f"{path}: {describe(error.__cause__ or error)}") from error
 
 
 def _check_hub_model(repo_id: str) -> None:
-    """A `UserError` unless the Hub id `repo_id` is valid and can be fetched now: from the Hub, or offline from the
-    cache."""
+    """A `ModelNotFoundError` unless the Hub id `repo_id` is valid and can be fetched now: from the Hub, or offline
+    from the cache."""
     from huggingface_hub import constants
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_id)
     except HFValidationError as error:
-        raise UserError(f"no such folder: {repo_id}, nor a valid Hub id: {describe(error)}") from None
+        raise ModelNotFoundError(repo_id, f"no such folder: {repo_id}, nor a valid Hub id: {describe(error)}") from None
     if constants.is_offline_mode():
         if not in_cache(repo_id):
-            raise UserError(f"{repo_id} is no folder here, nor a model in the Hub cache (HF_HUB_OFFLINE is set)")
+            raise ModelNotFoundError(repo_id, f"{repo_id} is no folder here, nor a model in the Hub cache "
+                                              "(HF_HUB_OFFLINE is set)")
     elif (reason := hub_unreachable()) is not None:
         cached = "it is in the cache, which" if in_cache(repo_id) else "a model already in the cache"
-        raise UserError(
-            f"{repo_id} is no folder here, and the Hub ({constants.ENDPOINT}) cannot be reached to fetch it as a "
-            f"model ({reason}); {cached} loads with HF_HUB_OFFLINE=1"
+        raise ModelNotFoundError(
+            repo_id, f"{repo_id} is no folder here, and the Hub ({constants.ENDPOINT}) cannot be reached to fetch it "
+            f"as a model ({reason}); {cached} loads with HF_HUB_OFFLINE=1"
         )
 
 
@@ -136,4 +147,12 @@ def is_network_error(error: BaseException) -> bool:
     return isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.split(".")[0] == library
 
 
-__all__ = ["check_config_values", "check_model", "hub_unreachable", "in_cache", "is_network_error", "network_reason"]
+__all__ = [
+    "ModelNotFoundError",
+    "check_config_values",
+    "check_model",
+    "hub_unreachable",
+    "in_cache",
+    "is_network_error",
+    "network_reason",
+]

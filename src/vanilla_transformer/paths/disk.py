@@ -19,6 +19,15 @@ TORCH_WRITER_MESSAGES = ("unexpected pos", "file write failed")
 NEARLY_FULL = 64 * 2**20
 
 
+class DiskFullError(UserError):
+    """A write into `folder` that a full disk or a quota refused (`problem`, in words), with the bytes it `needed`
+    when known and what to do next (`next_step`, words appended to the message)."""
+
+    def __init__(self, folder: str | os.PathLike, problem: str, needed: int | None = None, next_step: str = ""):
+        super().__init__(disk_message(folder, problem, needed) + next_step)
+        self.folder, self.problem, self.needed = folder, problem, needed
+
+
 def disk_problem(error: BaseException, folder: str | os.PathLike = ".") -> str | None:
     """What the disk refused, in words, when `error` (or an error it was raised from) is a write to `folder` that a
     full disk or a quota stopped; None for any other error."""
@@ -61,7 +70,7 @@ def _size(count: int) -> str:
 
 @contextlib.contextmanager
 def write_errors(folder: str | os.PathLike, needed: int | None = None, *, then=None):
-    """Report a write into `folder` that the disk refuses inside ([`disk_problem`]) as a `UserError` naming the
+    """Report a write into `folder` that the disk refuses inside ([`disk_problem`]) as a `DiskFullError` naming the
     folder and the space ([`disk_message`]); other errors pass. What was written is the caller's to remove (written
     beside its final name: `text_files.output_file`, `text_files.output_folder`), or `then`'s: called once the disk
     refused, it cleans up and returns the space needed and what to do next, in words appended to the message."""
@@ -73,7 +82,7 @@ def write_errors(folder: str | os.PathLike, needed: int | None = None, *, then=N
         next_step = ""
         if then is not None:
             needed, next_step = then()
-        raise UserError(disk_message(folder, problem, needed) + next_step) from error
+        raise DiskFullError(folder, problem, needed, next_step) from error
 
 
-__all__ = ["disk_message", "disk_problem", "folder_size", "free_space", "write_errors"]
+__all__ = ["DiskFullError", "disk_message", "disk_problem", "folder_size", "free_space", "write_errors"]

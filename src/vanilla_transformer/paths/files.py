@@ -11,12 +11,27 @@ from ..errors import UserError, describe, user_errors
 from .folders import no_such_folder
 
 
+class StandardInputClosedError(UserError):
+    """Standard input was to be read, but the process was started with it closed."""
+
+    def __init__(self):
+        super().__init__("standard input is closed")
+
+
+class OutputPathError(UserError):
+    """An output file or folder (`path`) that cannot be written; the message says why."""
+
+    def __init__(self, path: str | os.PathLike, message: str):
+        super().__init__(message)
+        self.path = path
+
+
 def check_input_file(path: str | None) -> int | None:
     """The number of lines of `path`, a UTF-8 text file read through once so that a bad line stops the command before
     any work; None for standard input (None or "-"), which can be read only once, and must be open."""
     if path is None or path == "-":
         if sys.stdin is None:  # the process was started with its standard input closed
-            raise UserError("standard input is closed: pipe the sentences in, or give --input FILE")
+            raise StandardInputClosedError()
         return None
     from .text_files import InvalidUTF8Error, iter_lines
 
@@ -31,24 +46,24 @@ def check_output_file(path: str | None, *, new_folders: bool = False) -> None:
         return
     target = Path(path)
     if target.is_dir():
-        raise UserError(f"{path} is a folder; give the name of a file to write")
+        raise OutputPathError(path, f"{path} is a folder; give the name of a file to write")
     folder = target.parent
     while new_folders and not folder.exists() and folder != folder.parent:
         folder = folder.parent  # the folder the new ones will be made in
     if folder.exists() and not folder.is_dir():
-        raise UserError(f"cannot write {path}: {folder} is a file, not a folder")
+        raise OutputPathError(path, f"cannot write {path}: {folder} is a file, not a folder")
     if not folder.is_dir():
-        raise UserError(no_such_folder(str(folder)) + f" (to write {path} in)")
+        raise OutputPathError(path, no_such_folder(str(folder)) + f" (to write {path} in)")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write in the folder {folder} (permission denied)")
+        raise OutputPathError(path, f"cannot write in the folder {folder} (permission denied)")
     if target.exists() and not os.access(target, os.W_OK):
-        raise UserError(f"{path} is read-only")
+        raise OutputPathError(path, f"{path} is read-only")
 
 
 def check_output_folder(path: str) -> None:
     """`path` can become a folder: it is one already, or nothing is there."""
     if Path(path).exists() and not Path(path).is_dir():
-        raise UserError(f"{path} is a file, not a folder")
+        raise OutputPathError(path, f"{path} is a file, not a folder")
 
 
 def file_problem(path: str | os.PathLike) -> str | None:
@@ -84,4 +99,11 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
-__all__ = ["check_input_file", "check_output_file", "check_output_folder", "file_problem"]
+__all__ = [
+    "OutputPathError",
+    "StandardInputClosedError",
+    "check_input_file",
+    "check_output_file",
+    "check_output_folder",
+    "file_problem",
+]

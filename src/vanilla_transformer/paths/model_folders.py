@@ -14,33 +14,52 @@ CT2_WEIGHTS = "model.bin"  # what CTranslate2's converters write
 ONNX_ENCODER = "encoder_model.onnx"  # what export-onnx writes, among others
 
 
+class ModelFolderError(UserError):
+    """A model folder that cannot be used as asked (`folder`); the message says what is wrong with it."""
+
+    def __init__(self, folder: str | os.PathLike, message: str):
+        super().__init__(message)
+        self.folder = folder
+
+
+class ExportFolderError(ModelFolderError):
+    """An export folder given where a transformers model folder is needed: `backend` ("ct2", "onnx") runs it."""
+
+    def __init__(self, folder: str | os.PathLike, backend: str):
+        kind, command = {"ct2": ("a CTranslate2", "export-ct2"), "onnx": ("an ONNX", "export-onnx")}[backend]
+        super().__init__(folder, f"{folder} is {kind} folder (from {command})")
+        self.backend = backend
+
+
+def is_model_folder(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a transformers model: its config.json and weights."""
+    folder = Path(folder)
+    return (folder / "config.json").is_file() and any((folder / name).is_file() for name in WEIGHT_FILES)
+
+
 def check_model_folder(value: str, *, config: bool = True, weights: bool = True, tokenizer: bool = True) -> None:
-    """A `UserError` unless the folder `value` holds the files asked for (`config.json`, weights, tokenizer files),
-    whole; an export folder given for a transformers one is told the backend that runs it."""
+    """A `ModelFolderError` unless the folder `value` holds the files asked for (`config.json`, weights, tokenizer
+    files), whole; an export folder given for a transformers one is an `ExportFolderError`, which names its backend."""
     folder = Path(value)
     if config and not (folder / "config.json").is_file():
-        raise UserError(f"{value} has no config.json: it is not a saved model folder")
+        raise ModelFolderError(value, f"{value} has no config.json: it is not a saved model folder")
     if weights and not any((folder / name).is_file() for name in WEIGHT_FILES):
         if (folder / CT2_WEIGHTS).is_file():
-            raise UserError(
-                f"{value} is a CTranslate2 folder (from export-ct2): translate or evaluate it with --backend ct2"
-            )
+            raise ExportFolderError(value, "ct2")
         if (folder / ONNX_ENCODER).is_file():
-            raise UserError(
-                f"{value} is an ONNX folder (from export-onnx): translate or evaluate it with --backend onnx"
-            )
-        raise UserError(f"{value} has no model weights ({WEIGHT_FILES[0]})")
+            raise ExportFolderError(value, "onnx")
+        raise ModelFolderError(value, f"{value} has no model weights ({WEIGHT_FILES[0]})")
     if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise UserError(f"{value} has no tokenizer files ({' or '.join(TOKENIZER_FILES)})")
+        raise ModelFolderError(value, f"{value} has no tokenizer files ({' or '.join(TOKENIZER_FILES)})")
     check_model_files(folder, [*(["config.json", GENERATION_CONFIG] if config else []),
                                *(WEIGHT_FILES[:2] if weights else []), *(TOKENIZER_FILES if tokenizer else [])])
 
 
 def check_model_files(folder: str | os.PathLike, names) -> None:
-    """A `UserError` naming the first of the files `names` of `folder` that is truncated or garbled."""
+    """A `ModelFolderError` naming the first of the files `names` of `folder` that is truncated or garbled."""
     for name in names:
         if (Path(folder) / name).is_file() and (problem := file_problem(Path(folder) / name)) is not None:
-            raise UserError(problem)
+            raise ModelFolderError(folder, problem)
 
 
 # The special tokens a tokenizer and its model must agree on: the tokenizer's attribute and the config's keys.
@@ -52,8 +71,8 @@ SPECIAL_TOKEN_IDS = (
 
 
 def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
-    """A `UserError` unless the tokenizer (in `tokenizer`, else in `model`) fits the model saved in `model`: each of
-    its ids has a row of the embedding (section 3.4: one matrix of `vocab_size` rows), and its padding, end and start
+    """A `ModelFolderError` unless the tokenizer (in `tokenizer`, else in `model`) fits the model saved in `model`: each
+    of its ids has a row of the embedding (section 3.4: one matrix of `vocab_size` rows), and its padding, end and start
     ids are the model's. A model and a tokenizer that were not trained together would otherwise fail deep in torch, or
     translate into nonsense. Local folders only: a Hub model is checked by the library that fetches it."""
     if not (Path(model) / "config.json").is_file() or tokenizer is not None and not Path(tokenizer).is_dir():
@@ -69,22 +88,31 @@ def check_tokenizer_fits(model: str, tokenizer: str | None = None) -> None:
     try:
         loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as error:  # transformers reading files that are not a tokenizer's
-        raise UserError(f"cannot read the tokenizer in {tokenizer}: {describe(error)}") from error
+        raise ModelFolderError(tokenizer, f"cannot read the tokenizer in {tokenizer}: {describe(error)}") from error
     where = "its tokenizer" if tokenizer == model else f"the tokenizer {tokenizer}"
     vocab_size = config.get("vocab_size")
     if vocab_size is not None and len(loaded) > vocab_size:
-        raise UserError(
-            f"{where} has {len(loaded):,} tokens but the model {model} has {vocab_size:,} embedding rows (vocab_size): "
-            "they were not made together"
+        raise ModelFolderError(
+            model, f"{where} has {len(loaded):,} tokens but the model {model} has {vocab_size:,} embedding rows "
+            "(vocab_size): they were not made together"
         )
     for attribute, keys in SPECIAL_TOKEN_IDS:
         token_id = getattr(loaded, attribute)
         for key in keys:
             if token_id is not None and config.get(key) is not None and config[key] != token_id:
-                raise UserError(
-                    f"{where} has {attribute} {token_id} but the model {model} has {key} {config[key]}: they were "
-                    "not made together"
+                raise ModelFolderError(
+                    model, f"{where} has {attribute} {token_id} but the model {model} has {key} {config[key]}: they "
+                    "were not made together"
                 )
 
 
-__all__ = ["TOKENIZER_FILES", "WEIGHT_FILES", "check_model_files", "check_model_folder", "check_tokenizer_fits"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "WEIGHT_FILES",
+    "ExportFolderError",
+    "ModelFolderError",
+    "check_model_files",
+    "check_model_folder",
+    "check_tokenizer_fits",
+    "is_model_folder",
+]

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..hub.card import write_model_card
 from ..hub.card_facts import CARD_RESULTS_FILE, CardFacts, checkpoint_step, run_card_facts
+from ..hub.evaluation import decoding_in_words
 from ..inference.metrics import score_translations
 from ..training.averaging import average_checkpoints, find_checkpoints
 from .profile import print_pair
@@ -34,9 +35,7 @@ def validation_decoding(training_args) -> str:
 def decoding_flags(training_args) -> str | None:
     """The decoding that `--generation-num-beams` / `--generation-max-length` set for validation and test, in words;
     None when neither is given (validation: `VALIDATION_DECODING`, test: the model's generation config)."""
-    beams, length = training_args.generation_num_beams, training_args.generation_max_length
-    words = ([f"beam {beams}"] if beams else []) + ([f"at most {length} tokens"] if length else [])
-    return ", ".join(words) or None
+    return decoding_in_words(training_args.generation_num_beams or None, training_args.generation_max_length or None)
 
 
 def average_last_checkpoints(trainer, last_n: int) -> str:

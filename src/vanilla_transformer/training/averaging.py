@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
+from ..errors import FolderExistsError
 from .checkpoints import COMPLETE, IncompleteCheckpointError, checkpoint_problem, checkpoint_step, complete_checkpoints
 from ..hub.card_facts import AVERAGED_CHECKPOINTS_FILE
 from ..paths.text_files import output_folder
@@ -98,7 +99,7 @@ def average_checkpoints(
         if output_dir.exists() and path.resolve() == output_dir.resolve():
             raise AveragingError(f"The output folder {output_dir} is one of the checkpoints; choose another folder.")
     if not force and any((output_dir / name).exists() for name in (SAFE_WEIGHTS_NAME, CONFIG_NAME)):
-        raise FileExistsError(f"{output_dir} already holds a model; pass force=True (--force) to replace it.")
+        raise FolderExistsError(output_dir, "already holds a model")
     last = checkpoint_dirs[-1]
 
     with ExitStack() as stack:

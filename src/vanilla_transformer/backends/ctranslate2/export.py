@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from ...errors import FolderExistsError
 from ...extras import require
 from ...model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
@@ -41,7 +42,7 @@ def check_export(model_dir: Path, output_dir: Path, quantization, quantizations,
         raise ExportSettingsError(
             f"The output folder {output_dir} would replace the model folder {model_dir}; choose another.")
     if output_dir.exists() and not force:
-        raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
+        raise FolderExistsError(output_dir, "already exists")
 
 
 def export_ctranslate2(

@@ -26,6 +26,7 @@ from ...model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ...model.decoding_vanilla_transformer import PAPER_DECODING
 from ...model.generation_vanilla_transformer import VanillaTransformerGenerationMixin
 from ...model.modeling_vanilla_transformer import VanillaTransformerPreTrainedModel
+from ...paths.model_folders import is_model_folder
 from . import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, ONNX_FILES
 from .export import cache_names
 
@@ -41,9 +42,7 @@ def _numpy(tensor: torch.Tensor) -> numpy.ndarray:
 def _check_positions(length: int, max_positions: int, what: str) -> None:
     if length > max_positions:
         raise InputTooLongError(
-            f"{what} of {length} tokens is longer than the {max_positions} positions the ONNX model stores: export it "
-            "again with a larger --max-positions, or shorten the input or max_new_tokens"
-        )
+            f"{what} of {length} tokens is longer than the {max_positions} positions the ONNX model stores")
 
 
 class ORTEncoder(nn.Module):
@@ -196,7 +195,8 @@ class VanillaTransformerORTForConditionalGeneration(
         if not model_dir.is_dir():
             raise FileNotFoundError(f"no such folder: {model_dir}")
         if missing:
-            raise NotExportedError(model_dir, "onnx", f"ONNX model ({', '.join(missing)} missing)")
+            raise NotExportedError(model_dir, "onnx", f"ONNX model ({', '.join(missing)} missing)",
+                                   is_model_folder(model_dir))
         providers = _providers(device)
         if session_options is None:
             session_options = default_session_options()
