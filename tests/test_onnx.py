@@ -26,7 +26,7 @@ if Version(torch.__version__).release < (2, 9):  # onnx_export.EXPORTER_TORCH
     pytest.skip("the ONNX export needs torch >= 2.9", allow_module_level=True)
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.backends.table import BACKENDS  # noqa: E402
+from vanilla_transformer.backends.table import BACKENDS, SCORERS  # noqa: E402
 from vanilla_transformer.cli.main import main  # noqa: E402
 from vanilla_transformer.backends.onnx import ONNX_FILES  # noqa: E402
 from vanilla_transformer.backends.onnx.export import export_onnx, quantize_int8  # noqa: E402
@@ -273,6 +273,22 @@ def test_translation_pipeline_runs_the_onnx_model(onnx_dir, trained_dir):
     lines = [english(n) for n in (3, 45, 678)]
     translator = pipeline("translation", model=load(onnx_dir), tokenizer=AutoTokenizer.from_pretrained(onnx_dir))
     assert translator(lines) == pipeline("translation", model=str(trained_dir))(lines)
+
+
+def test_onnx_gives_the_torch_backends_nbest_lists_and_pair_scores(onnx_dir, trained_dir):
+    lines = [english(n) for n in (7, 45, 678, 4321)] + [""]
+    ours = BACKENDS["torch"](trained_dir, "cpu")(lines, nbest=3, token_scores=True)
+    theirs = BACKENDS["onnx"](onnx_dir, "cpu")(lines, nbest=3, token_scores=True)
+    assert [[h.text for h in found] for found in theirs] == [[h.text for h in found] for found in ours]
+    for mine, other in zip(ours, theirs):
+        assert [h.score for h in other if h.score is not None] == pytest.approx(
+            [h.score for h in mine if h.score is not None], abs=1e-3)
+        assert [h.tokens for h in other] == [h.tokens for h in mine]
+    targets = [french(n) for n in (7, 45, 678, 4321)] + [""]
+    pair_scores = [SCORERS[name](folder, "cpu")(lines, targets) for name, folder in
+                   (("torch", trained_dir), ("onnx", onnx_dir))]
+    assert [s.log_probability for s in pair_scores[1]] == pytest.approx(
+        [s.log_probability for s in pair_scores[0]], abs=1e-3)
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate"])

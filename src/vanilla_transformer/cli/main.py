@@ -25,6 +25,7 @@ from ..errors import CommandParser, Preempted, UserError
 from .errors import one_line_errors
 from .export import export_ct2_command, export_onnx_command
 from .hub import model_card_command, push_command
+from .scores import score_command
 from .train import average_command, train_command
 from .translate import evaluate_command, plot_attention_command, translate_command
 
@@ -34,6 +35,7 @@ COMMANDS = {
     "average": (average_command, "Average the weights of a run's last checkpoints (section 6.1)."),
     "translate": (translate_command, "Translate a file or standard input, one line per sentence."),
     "evaluate": (evaluate_command, "Translate a test set and score it with sacreBLEU: BLEU and chrF."),
+    "score": (score_command, "Score given translations: each pair's log-probability under the model."),
     "export-ct2": (export_ct2_command, "Convert a saved model to CTranslate2 for fast CPU and GPU inference."),
     "export-onnx": (export_onnx_command, "Export a saved model to ONNX, for ONNX Runtime and generate()."),
     "plot-attention": (plot_attention_command, "Draw a sentence's attention weights as heatmaps (figures 3-5)."),
@@ -42,7 +44,7 @@ COMMANDS = {
 }
 
 # The commands whose backend registers the model when it loads one (backends/table.py).
-REGISTERED_BY_BACKEND = ("translate", "evaluate")
+REGISTERED_BY_BACKEND = ("translate", "evaluate", "score")
 
 
 @contextlib.contextmanager

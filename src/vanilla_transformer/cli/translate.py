@@ -18,6 +18,7 @@ from ..backends.table import BACKENDS
 from ..inference.attention_plots import KINDS
 from .arguments import device, positive_int
 from .errors import user_errors
+from .scores import check_hypotheses_arguments, hypotheses_arguments, hypothesis_lines, with_nbest
 
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,15 +114,19 @@ def translate_command(argv: list[str]) -> None:
         "--input", metavar="FILE", help="UTF-8 text, one sentence a line (.gz read as gzip); default: standard input."
     )
     parser.add_argument("--output", metavar="FILE", help="Where to write the translations; default: standard output.")
+    hypotheses_arguments(parser)
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
 
     from ..inference.lines import translate_in_chunks
     from ..paths.text_files import InvalidUTF8Error, iter_lines, output_file
 
+    check_hypotheses_arguments(args)
     check_output_file(args.output)
     num_lines = check_input_file(args.input)
     translate = _translator(args)
+    if args.nbest is not None or args.format != "text":
+        translate = with_nbest(translate, args)
     # A chunk of lines at a time (sorted and batched within it), so memory stays flat however long the input; the
     # output file appears, whole, at the end.
     with (
@@ -130,8 +135,10 @@ def translate_command(argv: list[str]) -> None:
         tqdm(total=num_lines, unit="line", disable=not sys.stderr.isatty()) as bar,
         user_errors(InvalidUTF8Error, InputTooLongError),  # standard input is checked as it is read
     ):
-        for translation in translate_in_chunks(translate, iter_lines(args.input), show_progress=False):
-            file.write(_one_line(translation))
+        for number, translation in enumerate(translate_in_chunks(translate, iter_lines(args.input),
+                                                                 show_progress=False), start=1):
+            file.write(_one_line(translation) if isinstance(translation, str) else
+                       hypothesis_lines(number, translation, args.format, args.token_scores))
             bar.update()
 
 

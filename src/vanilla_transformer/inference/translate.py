@@ -1,9 +1,11 @@
 """Translate lines of text with a model in memory: `translate_lines` batches sentences of similar length for
-`generate()` and gives the translations back in input order; `translate_in_chunks` (`lines.py`) does the same for a
-stream of any length, a chunk at a time.
+`generate()` and gives the translations back in input order, as text or as each source's n best hypotheses with
+their scores (`hypotheses.py`); `translate_in_chunks` (`lines.py`) does the same for a stream of any length, a chunk at
+a time.
 """
 
 import contextlib
+import functools
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -11,9 +13,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..model.decoding_vanilla_transformer import resolve_decoding_settings
 from .batching import length_sorted_batches
 from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, compiled_decoding
+from .hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
 from .lines import CHUNK_LINES, tokenize_lines, translate_in_chunks
+from .scoring import token_log_probabilities
 
 
 def translate_lines(
@@ -28,10 +33,14 @@ def translate_lines(
     show_progress: bool | None = None,
     first_line: int = 1,
     compile: bool = False,
+    nbest: int | None = None,
+    token_scores: bool = False,
     **generate_kwargs,
-) -> list[str]:
+) -> list[str] | list[list[Hypothesis]]:
     """
-    Translate each of `lines` with `model.generate()`; the translations come back in the order of `lines`.
+    Translate each of `lines` with `model.generate()`, in the order of `lines`. With `nbest` (at most the number of
+    beams), each line gives its `nbest` best hypotheses instead, best first, with their scores (`Hypothesis`; with
+    `token_scores`, each token's too): `num_return_sequences` scored by `scoring.token_log_probabilities`.
 
     Sentences are sorted by tokenized length, longest first (running out of memory then happens at once, not at the
     end), and cut into batches of at most `batch_size` sentences and, with `max_tokens`, at most that many source
@@ -39,12 +48,12 @@ def translate_lines(
     `warn_length` tokens (default: `tokenizer.model_max_length`) is logged with its line number and still translated
     whole: sinusoidal positions have no length limit, and truncating would silently lose text. A line past
     `lines.untranslated_length(tokenizer)` (4 times `model_max_length`), which attention's memory could not hold, gives
-    "" and a warning naming it. `first_line` is the
-    number the report gives `lines[0]` (`translate_in_chunks` passes each chunk's place in the file).
+    "" and a warning naming it. `first_line` is the number the report gives `lines[0]` (`translate_in_chunks` passes
+    each chunk's place in the file).
 
-    `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, ...) go to `generate()`; left out, the
-    model's generation config decides. The model runs in eval mode under `torch.inference_mode()`, on its own device.
-    A tqdm bar counts the sentences when `show_progress` (default: when standard error is a terminal).
+    `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, ...) go to `generate()`, else the model's
+    generation config decides. The model runs in eval mode, on its own device; a tqdm bar counts the sentences when
+    `show_progress` (default: when standard error is a terminal).
 
     `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`), for greedy search,
     sampling and beam search. Sources are padded to a multiple of 16 tokens and batched within those lengths, and a
@@ -54,27 +63,43 @@ def translate_lines(
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
-    if not to_translate:
-        return translations
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
-    if compile:
-        generate_kwargs.update(GENERATE_KWARGS)
+    settings = resolve_decoding_settings(None, generate_kwargs, defaults=model.generation_config)
+    check_nbest(nbest, settings["num_beams"])
+    translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
+    if nbest is not None:
+        translations, generate_kwargs["num_return_sequences"] = [[EMPTY] for _ in translations], nbest
+    if not to_translate:
+        return translations
+    generate_kwargs.update(GENERATE_KWARGS if compile else {})
     batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
+    score = nbest and functools.partial(_hypotheses, model, tokenizer, nbest=nbest, settings=settings,
+                                        with_tokens=token_scores)
+    for k, output in zip(to_translate, _decode(model, tokenizer, input_ids, batches, compile, show_progress,
+                                               generate_kwargs, score)):
+        translations[k] = output
+    return translations
+
+
+def _decode(model, tokenizer, input_ids, batches, compile: bool, show_progress: bool, generate_kwargs: dict, score):
+    """The outputs of `input_ids`, in their order, generated batch by batch (`batches`: `_batches`); `score(sources,
+    sequences)` makes a batch's hypotheses of its sequences (None: their texts are the outputs)."""
+    outputs = [None] * len(input_ids)
     with (
         _eval_mode(model),
         torch.inference_mode(),
         compiled_decoding(model) if compile else contextlib.nullcontext(),
-        tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar,
+        tqdm(total=len(input_ids), unit="sentence", disable=not show_progress) as bar,
     ):
         for batch, rows in batches:
-            texts = _generate(model, tokenizer, [input_ids[k] for k in batch], rows, compile, generate_kwargs)
-            for k, text in zip(batch, texts):
-                translations[to_translate[k]] = text
+            sources = [input_ids[k] for k in batch]
+            found = _generate(model, tokenizer, sources, rows, compile, generate_kwargs)
+            for k, output in zip(batch, found if score is None else score(sources, found)):
+                outputs[k] = output
             bar.update(len(batch))
-    return translations
+    return outputs
 
 
 @contextlib.contextmanager
@@ -88,15 +113,43 @@ def _eval_mode(model: PreTrainedModel) -> Iterator[None]:
         model.train(was_training)
 
 
-def _generate(model, tokenizer, sources: list[list[int]], rows: int, compile: bool, generate_kwargs: dict) -> list[str]:
+def _generate(model, tokenizer, sources: list[list[int]], rows: int, compile: bool, generate_kwargs: dict):
     """The translations of one batch of token ids, filled up to `rows` sentences with copies of its first (the
-    translations of the copies come back too) and, for compiled decoding, padded to a multiple of `SOURCE_BUCKET`."""
+    translations of the copies come back too) and, for compiled decoding, padded to a multiple of `SOURCE_BUCKET`:
+    their text, or with `num_return_sequences` the token ids of each sentence's hypotheses, one after another."""
     sources = sources + sources[:1] * (rows - len(sources))
     padded = tokenizer.pad(
         {"input_ids": sources}, pad_to_multiple_of=SOURCE_BUCKET if compile else None, return_tensors="pt"
     )
     outputs = model.generate(**padded.to(model.device), **generate_kwargs)
+    if generate_kwargs.get("num_return_sequences") is not None:
+        return outputs.tolist()
     return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
+
+
+def _hypotheses(model, tokenizer, sources, outputs, *, nbest: int, settings: dict, with_tokens: bool):
+    """Each of `sources`' `nbest` hypotheses (`outputs`: `generate()`'s sequences, `nbest` a source) as `Hypothesis`
+    objects, scored by a teacher-forced pass."""
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id
+    targets = [_generated_ids(row, eos, pad) for row in outputs[: len(sources) * nbest]]
+    repeated = [source for source in sources for _ in range(nbest)]
+    scores = token_log_probabilities(model, repeated, targets)
+    found = [
+        hypothesis(tokenizer.decode(target, skip_special_tokens=True).strip(),
+                   tokenizer.convert_ids_to_tokens(target), token_scores, settings, with_tokens)
+        for target, token_scores in zip(targets, scores)
+    ]
+    return [found[k * nbest: (k + 1) * nbest] for k in range(len(sources))]
+
+
+def _generated_ids(row: list[int], eos: int, pad: int | None) -> list[int]:
+    """The tokens `generate()` chose in `row` (after the decoder's start token), up to and with the first `</s>`."""
+    generated = row[1:]
+    if eos in generated:
+        return generated[: generated.index(eos) + 1]
+    while generated and generated[-1] == pad:
+        generated = generated[:-1]
+    return generated
 
 
 def _batches(

@@ -18,6 +18,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, PreTrainedTo
 from ...errors import InputTooLongError, NotExportedError
 from ...extras import require
 from ...inference.batching import length_sorted_batches
+from ...inference.hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
 from ...inference.lines import tokenize_lines
 from ...model.decoding_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
 from ...paths.model_folders import is_model_folder
@@ -27,6 +28,18 @@ def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> C
     """The CTranslate2 folder `model_dir` (from `export.export_ctranslate2`) loaded on `device` ("cpu",
     "cuda", "cuda:1"; default: CUDA when CTranslate2 sees a GPU), as `ct2_translate_lines` bound to its translator,
     tokenizer and generation config."""
+    translator, tokenizer = load_translator(model_dir, device)
+    model_dir = Path(model_dir)
+    if (model_dir / "generation_config.json").is_file():
+        generation_config = GenerationConfig.from_pretrained(model_dir)
+    else:
+        generation_config = GenerationConfig(**PAPER_DECODING)
+    return functools.partial(ct2_translate_lines, translator, tokenizer, generation_config=generation_config)
+
+
+def load_translator(model_dir: str | os.PathLike, device: str | None = None):
+    """The `ctranslate2.Translator` of the CTranslate2 folder `model_dir` on `device` (default: CUDA when CTranslate2
+    sees a GPU), and the folder's tokenizer."""
     ctranslate2 = require("ctranslate2", extra="ct2")
     model_dir = Path(model_dir)
     if not ctranslate2.contains_model(str(model_dir)):
@@ -35,12 +48,7 @@ def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> C
         device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     device_type, _, index = device.partition(":")
     translator = ctranslate2.Translator(str(model_dir), device=device_type, device_index=int(index or 0))
-    tokenizer = load_tokenizer(model_dir)
-    if (model_dir / "generation_config.json").is_file():
-        generation_config = GenerationConfig.from_pretrained(model_dir)
-    else:
-        generation_config = GenerationConfig(**PAPER_DECODING)
-    return functools.partial(ct2_translate_lines, translator, tokenizer, generation_config=generation_config)
+    return translator, load_tokenizer(model_dir)
 
 
 # The tokenizer classes a saved folder names for transformers' fast tokenizer (its 5.x and 4.x names), which
@@ -87,17 +95,21 @@ def ct2_translate_lines(
     show_progress: bool | None = None,
     first_line: int = 1,
     generation_config: GenerationConfig | None = None,
+    nbest: int | None = None,
+    token_scores: bool = False,
     **options,
-) -> list[str]:
+) -> list[str] | list[list[Hypothesis]]:
     r"""
     Translate each of `lines` with a `ctranslate2.Translator`, batched as `translate_lines` does for `generate()`
     (sorted by length, `batch_size` sentences and `max_tokens` tokens at most, empty lines give "", long lines reported
-    with their number counted from `first_line`); the translations come back in input order.
+    with their number counted from `first_line`); the translations come back in input order. `nbest` and
+    `token_scores` give hypotheses with scores as `translate_lines` does: ranked as `generate()` ranks them
+    (`Ct2Search.ranked_hypotheses`), scored by CTranslate2's `score_batch`.
 
     The decoding settings of `generate()` are read as it reads them: from `options`, else from `generation_config`
     (the exported model's; section 6.1's when missing):
 
-    - `num_beams` (4 in the paper): CTranslate2's `beam_size`.
+    - `num_beams` (4 in the paper): CTranslate2's `beam_size`; other `options` go to `Translator.translate_batch`.
     - `length_penalty` (alpha, 0.6) and `length_penalty_type`: CTranslate2's own penalty is transformers' formula,
       finished hypotheses ranked by `log P(Y|X) / |Y|^alpha` (`"transformers"`; `|Y|` counts `</s>`). With `"gnmt"`
       (the paper's) the hypotheses CTranslate2's search finished are re-ranked by `log P(Y|X) / ((5 + |Y|) / 6)^alpha`.
@@ -109,18 +121,17 @@ def ct2_translate_lines(
       call, batches then hold sentences of one length. Where `generate()` ends an output at the limit with `</s>`,
       CTranslate2 stops one token earlier without it: the same text in greedy search, a slightly different score in
       beam search.
-
-    Other `options` go to `Translator.translate_batch` unchanged (`repetition_penalty`, `no_repeat_ngram_size`, ...).
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    # As generate() reads them: the call's settings, else the model's generation config.
-    generation_config = generation_config or GenerationConfig(**PAPER_DECODING)
-    settings = resolve_decoding_settings(None, options, defaults=generation_config)
+    defaults = generation_config or GenerationConfig(**PAPER_DECODING)
+    settings = resolve_decoding_settings(None, options, defaults=defaults)
     options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
-    search = ct2_search(settings, options, tokenizer.eos_token)
+    check_nbest(nbest, settings["num_beams"])
+    search = ct2_search(settings, options, tokenizer.eos_token, nbest or 1)
 
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
+    translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:
         return translations
     batches = ct2_batches([len(ids) for ids in input_ids], settings, batch_size, max_tokens)
@@ -128,16 +139,48 @@ def ct2_translate_lines(
     with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
         for batch, max_length in batches:
             sources = [tokenizer.convert_ids_to_tokens(input_ids[k]) for k in batch]
-            for k, tokens in zip(batch, search.best_hypotheses(translator, sources, max_length)):
-                text = tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
-                translations[to_translate[k]] = text.strip()
+            found = _batch_outputs(translator, tokenizer, search, sources, max_length, nbest, settings, token_scores)
+            for k, output in zip(batch, found):
+                translations[to_translate[k]] = output
             bar.update(len(batch))
     return translations
 
 
-def ct2_search(settings: dict, options: dict, end_token: str) -> "Ct2Search":
+def _batch_outputs(translator, tokenizer, search, sources, max_length: int, nbest, settings: dict, token_scores: bool):
+    """The translations of a batch of `sources` (tokens): their texts, or with `nbest` their scored hypotheses."""
+    if nbest is None:
+        return [_text(tokenizer, tokens) for tokens in search.best_hypotheses(translator, sources, max_length)]
+    ranked = search.ranked_hypotheses(translator, sources, max_length, nbest)
+    return _scored(translator, tokenizer, sources, ranked, settings, token_scores)
+
+
+def _text(tokenizer, tokens: list[str]) -> str:
+    return tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True).strip()
+
+
+def _scored(translator, tokenizer, sources, ranked, settings: dict, with_tokens: bool) -> list[list[Hypothesis]]:
+    """The hypotheses `ranked` (tokens, for each of `sources`) as `Hypothesis` objects, scored by CTranslate2's
+    `score_batch`: the log-probability of each token and of the `</s>` it appends. A hypothesis the length limit cut
+    keeps that `</s>` where `generate()` would have forced it (the source + N limit), not where it stops without one
+    (`max_new_tokens`)."""
+    end = tokenizer.eos_token
+    forced_end = settings["max_length_over_source"] is not None
+    flat = [tokens for found in ranked for tokens in found]
+    targets = [tokens[:-1] if tokens[-1:] == [end] else tokens for tokens in flat]
+    repeated = [source for source, found in zip(sources, ranked) for _ in found]
+    scored = []
+    for tokens, result in zip(flat, translator.score_batch(repeated, targets, max_input_length=0)):
+        cut = tokens[-1:] != [end] and not forced_end
+        kept = len(result.tokens) - 1 if cut else len(result.tokens)
+        scored.append(hypothesis(_text(tokenizer, result.tokens[:kept]), result.tokens[:kept],
+                                 result.log_probs[:kept], settings, with_tokens))
+    found = iter(scored)
+    return [[next(found) for _ in hypotheses] for hypotheses in ranked]
+
+
+def ct2_search(settings: dict, options: dict, end_token: str, nbest: int = 1) -> "Ct2Search":
     """CTranslate2's search for `generate()`'s decoding `settings` (as resolved), with the other `translate_batch`
-    `options` as given; `end_token` is the model's `</s>`."""
+    `options` as given; `end_token` is the model's `</s>`; `nbest`: how many hypotheses each source needs."""
     num_beams = settings["num_beams"] or 1
     alpha = 1.0 if settings["length_penalty"] is None else settings["length_penalty"]
     gnmt = settings["length_penalty_type"] == "gnmt"
@@ -148,7 +191,7 @@ def ct2_search(settings: dict, options: dict, end_token: str) -> "Ct2Search":
     search = dict(
         beam_size=num_beams,
         length_penalty=alpha,
-        num_hypotheses=num_beams if scored else 1,
+        num_hypotheses=max(num_beams if scored else 1, nbest),
         return_scores=scored,
         return_end_token=True,  # so |Y| counts </s>, as in generate(); decoding drops it
         min_decoding_length=0,  # generate() may end with </s> at once
@@ -212,6 +255,21 @@ class Ct2Search:
                         unsettled.append(i)
             pending, length = unsettled, min(2 * length, max_length)
         return best
+
+    def ranked_hypotheses(self, translator, sources: list[list[str]], max_length: int, n: int) -> list[list[list[str]]]:
+        """The `n` best translations (tokens, with their `</s>`) of each of `sources`, best first as `generate()` ranks
+        them: CTranslate2's own ranking where it stands, else GNMT's or transformers' penalty over the hypotheses of
+        the whole search (a staged search settles the best one only)."""
+        if n == 1:
+            return [[tokens] for tokens in self.best_hypotheses(translator, sources, max_length)]
+        if not self.options["return_scores"]:
+            return [result.hypotheses[:n] for result in _translate_batch(translator, sources, max_length, self.options)]
+        exponent = self._ranking_exponent(max(len(source) for source in sources))
+        whole = dict(patience=max_length + 1) if self.staged else {}
+        return [
+            [tokens for tokens, _ in sorted(found, key=lambda pair: -pair[1] / self._penalty(len(pair[0])))[:n]]
+            for found in self._search(translator, sources, max_length, exponent, **whole)
+        ]
 
     def _ranking_exponent(self, source_length: int) -> float:
         """The `beta` by which CTranslate2 ranks finished hypotheses, `log P(Y|X) / |Y|^beta`, to choose the
@@ -295,4 +353,4 @@ def _outgrew_positions(error: RuntimeError) -> bool:
     one place here that reads them (tests/test_ctranslate2.py checks them against the pinned release)."""
     return "position encodings" in str(error)
 
-__all__ = ["Ct2Search", "ct2_batches", "ct2_search", "ct2_translate_lines", "ct2_translator"]
+__all__ = ["Ct2Search", "ct2_batches", "ct2_search", "ct2_translate_lines", "ct2_translator", "load_translator"]

@@ -1,0 +1,93 @@
+"""What a translation is beyond its text, the same from every backend: `Hypothesis`, one of a source's n best
+translations with its scores, and `PairScore`, the log-probability a model gives a translation it is handed. Standard
+library only: CTranslate2's backend returns them without torch.
+
+Scores are natural logarithms. A translation's tokens end with `</s>`, which is scored: log P(Y|X) is the sum of
+log P(y_t | y_<t, X) over Y's tokens and `</s>` (section 3.4's softmax over the shared vocabulary).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..model.decoding_vanilla_transformer import gnmt_length_penalty
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One of the translations a search found for a source, best first among its n best.
+
+    `score` ranks it as the search ranked finished hypotheses: log P(Y|X) divided by the length penalty of the
+    decoding settings (GNMT's ((5 + |Y|) / 6) ** alpha for section 6.1's decoding, or transformers' |Y| ** alpha; |Y|
+    counts `</s>`), the same formula in greedy search. `log_probability` is log P(Y|X) itself. With token scores,
+    `tokens` are Y's subword tokens (`</s>` last) and `token_scores` their log-probabilities. An empty source gives one
+    empty hypothesis, unscored (None)."""
+
+    text: str
+    score: float | None
+    log_probability: float | None
+    tokens: tuple[str, ...] | None = None
+    token_scores: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """The log-probability a model gives a target sentence for its source (`score_pairs`): `log_probability` is
+    log P(Y|X), `tokens` Y's subword tokens (`</s>` last) and `token_scores` their log-probabilities."""
+
+    log_probability: float
+    tokens: tuple[str, ...]
+    token_scores: tuple[float, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def per_token(self) -> float:
+        """log P(Y|X) over Y's tokens, `</s>` included: comparable between sentences of different lengths."""
+        return self.log_probability / self.num_tokens
+
+
+def ranking_score(log_probability: float, length: int, settings: dict) -> float:
+    """`log_probability` of a translation of `length` tokens (`</s>` included) divided by the length penalty of the
+    resolved decoding `settings` (`resolve_decoding_settings`): the score by which beam search ranks it."""
+    alpha = 1.0 if settings["length_penalty"] is None else settings["length_penalty"]
+    if settings["length_penalty_type"] == "gnmt":
+        return log_probability / gnmt_length_penalty(length, alpha)
+    return log_probability / length**alpha
+
+
+class TooManyHypothesesError(ValueError):
+    """An n-best list longer than the search has beams (`nbest`, `num_beams`): a search keeps no more finished
+    hypotheses than it has beams."""
+
+    def __init__(self, nbest: int, num_beams: int):
+        super().__init__(f"nbest must be between 1 and the number of beams ({num_beams}), got {nbest}")
+        self.nbest, self.num_beams = nbest, num_beams
+
+
+def check_nbest(nbest: int | None, num_beams: int | None) -> None:
+    """A `TooManyHypothesesError` unless `nbest` (None: the best translation's text only) is at most the `num_beams`
+    that the decoding settings give."""
+    if nbest is not None and not 1 <= nbest <= (num_beams or 1):
+        raise TooManyHypothesesError(nbest, num_beams or 1)
+
+
+def hypothesis(text: str, tokens: Sequence[str], token_scores: Sequence[float], settings: dict,
+               with_tokens: bool) -> Hypothesis:
+    """The `Hypothesis` of a translation `text` from its `tokens` and their log-probabilities."""
+    log_probability = float(sum(token_scores))
+    return Hypothesis(
+        text,
+        ranking_score(log_probability, len(tokens), settings),
+        log_probability,
+        tuple(tokens) if with_tokens else None,
+        tuple(float(score) for score in token_scores) if with_tokens else None,
+    )
+
+
+EMPTY = Hypothesis("", None, None)
+
+
+__all__ = ["EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError", "check_nbest", "hypothesis",
+           "ranking_score"]

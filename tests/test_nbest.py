@@ -1,0 +1,232 @@
+"""n-best lists with scores and the scoring of given pairs, on every backend, against independent computations:
+transformers' own `sequences_scores` of beam search, a teacher-forced pass computed here, and CTranslate2's search and
+`score_batch` on the same exported model."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ctranslate2")
+
+from test_ctranslate2 import SENTENCES, log_probs, saved_model, tokenizer  # noqa: E402,F401 (a fixture)
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2  # noqa: E402
+from vanilla_transformer.backends.table import BACKENDS, SCORERS  # noqa: E402
+from vanilla_transformer.cli.main import main  # noqa: E402
+from vanilla_transformer.inference.hypotheses import EMPTY, Hypothesis  # noqa: E402
+from vanilla_transformer.model.decoding_vanilla_transformer import gnmt_length_penalty  # noqa: E402
+
+LINES = [SENTENCES[0], "", SENTENCES[1], SENTENCES[3], SENTENCES[6]]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tokenizer):  # noqa: F811
+    """A random model whose outputs vary and end (test_ctranslate2's lively model) and its CTranslate2 export."""
+    root = tmp_path_factory.mktemp("nbest")
+    model_dir = saved_model(root / "model", tokenizer, lively=True, attention_bias=True, normalize_before=True,
+                            position_embedding_type="learned", max_position_embeddings=128)
+    return model_dir, export_ctranslate2(model_dir, root / "ct2")
+
+
+@pytest.fixture(scope="module")
+def backends(folders):
+    model_dir, ct2_dir = folders
+    return BACKENDS["torch"](model_dir, "cpu"), BACKENDS["ct2"](ct2_dir, "cpu")
+
+
+def test_nbest_scores_are_beam_searchs_own_sequences_scores(folders, tokenizer):  # noqa: F811
+    model_dir, _ = folders
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
+    translate = BACKENDS["torch"](model_dir, "cpu")
+    for settings in (dict(), dict(length_penalty_type="transformers", length_penalty=1.0, early_stopping=True)):
+        found = translate([SENTENCES[1], SENTENCES[3]], nbest=4, **settings)
+        for line, hypotheses in zip([SENTENCES[1], SENTENCES[3]], found):
+            outputs = model.generate(**tokenizer(line, return_tensors="pt"), num_return_sequences=4,
+                                     output_scores=True, return_dict_in_generate=True, **settings)
+            texts = [text.strip() for text in tokenizer.batch_decode(outputs.sequences, skip_special_tokens=True)]
+            assert [h.text for h in hypotheses] == texts
+            assert [h.score for h in hypotheses] == pytest.approx(outputs.sequences_scores.tolist(), abs=1e-4)
+            scores = [h.score for h in hypotheses]
+            assert scores == sorted(scores, reverse=True) and len(set(texts)) == 4
+
+
+def test_a_hypothesis_score_is_its_log_probability_over_the_length_penalty(backends):
+    translate, _ = backends
+    for hypothesis in translate([SENTENCES[0]], nbest=3, token_scores=True)[0]:
+        assert hypothesis.tokens[-1] == "</s>" and len(hypothesis.tokens) == len(hypothesis.token_scores)
+        assert hypothesis.log_probability == pytest.approx(math.fsum(hypothesis.token_scores), abs=1e-6)
+        penalty = gnmt_length_penalty(len(hypothesis.tokens), 0.6)  # the saved decoding: section 6.1's
+        assert hypothesis.score == pytest.approx(hypothesis.log_probability / penalty, abs=1e-6)
+
+
+@pytest.mark.parametrize("settings", [
+    {}, dict(max_new_tokens=12), dict(num_beams=2, length_penalty_type="transformers", early_stopping=True)
+], ids=["paper", "max_new_tokens", "two_beams_transformers_penalty"])
+def test_ctranslate2_gives_the_same_nbest_list_and_scores(backends, settings):
+    torch_translate, ct2_translate = backends
+    nbest = settings.get("num_beams", 4)
+    ours = torch_translate(LINES, nbest=nbest, token_scores=True, **settings)
+    theirs = ct2_translate(LINES, nbest=nbest, token_scores=True, **settings)
+    assert [[h.text for h in found] for found in ours] == [[h.text for h in found] for found in theirs]
+    for mine, other in zip(ours, theirs):
+        for a, b in zip(mine, other):
+            if a is EMPTY:
+                assert b is EMPTY
+                continue
+            assert a.tokens == b.tokens
+            assert a.score == pytest.approx(b.score, abs=1e-3)
+            assert a.log_probability == pytest.approx(b.log_probability, abs=1e-3)
+            assert a.token_scores == pytest.approx(b.token_scores, abs=1e-3)
+
+
+def test_the_best_of_the_nbest_list_is_the_translation(backends):
+    for translate in backends:
+        assert [found[0].text for found in translate(LINES, nbest=2)] == translate(LINES)
+
+
+def test_an_empty_line_gives_one_empty_unscored_hypothesis(backends):
+    for translate in backends:
+        found = translate(["", "   "], nbest=3)
+        assert found == [[Hypothesis("", None, None)], [Hypothesis("", None, None)]]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["torch", "ct2"])
+def test_more_hypotheses_than_beams_are_refused(backends, which):
+    with pytest.raises(ValueError, match=r"nbest must be between 1 and the number of beams \(4\), got 5"):
+        backends[which](LINES, nbest=5)
+    with pytest.raises(ValueError, match=r"number of beams \(1\), got 2"):
+        backends[which](LINES, nbest=2, num_beams=1)
+
+
+def test_score_pairs_is_a_teacher_forced_pass_and_ctranslate2s_score_batch(folders, tokenizer):  # noqa: F811
+    model_dir, ct2_dir = folders
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
+    sources = [SENTENCES[0], SENTENCES[1], SENTENCES[2], "Hi"]
+    targets = [SENTENCES[4], SENTENCES[5], "", SENTENCES[2]]
+    ours = SCORERS["torch"](model_dir, "cpu")(sources, targets, batch_size=2)
+    theirs = SCORERS["ct2"](ct2_dir, "cpu")(sources, targets, batch_size=3)
+    for source, target, mine, other in zip(sources, targets, ours, theirs):
+        target_ids = tokenizer(text_target=target)["input_ids"]
+        expected = log_probs(model, tokenizer, source, target_ids)  # one pair, no padding, through `labels`
+        assert mine.tokens == tuple(tokenizer.convert_ids_to_tokens(target_ids)) == other.tokens
+        assert mine.token_scores == pytest.approx(expected.tolist(), abs=1e-5)
+        assert other.token_scores == pytest.approx(expected.tolist(), abs=1e-3)
+        assert mine.log_probability == pytest.approx(float(expected.sum()), abs=1e-4)
+        assert mine.per_token == pytest.approx(mine.log_probability / len(target_ids))
+    assert ours[2].tokens == ("</s>",)  # an empty target: the end alone
+
+
+def test_score_pairs_refuses_unequal_lengths(folders):
+    model_dir, ct2_dir = folders
+    for score in (SCORERS["torch"](model_dir, "cpu"), SCORERS["ct2"](ct2_dir, "cpu")):
+        with pytest.raises(ValueError, match="2 sources but 1 targets"):
+            score(["a", "b"], ["c"])
+
+
+# --- The command line ------------------------------------------------------------------------------------------------
+
+
+def run_main(argv, capsys) -> str:
+    """What `main(argv)` prints on standard error when it stops with exit status 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def lines_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lines") / "source.txt"
+    path.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("backend", ["torch", "ct2"])
+def test_translate_writes_the_nbest_list_as_tsv_and_jsonl(folders, backends, lines_file, tmp_path, backend):
+    folder = folders[0] if backend == "torch" else folders[1]
+    expected = backends[0](LINES, nbest=3, token_scores=True)
+    tsv, jsonl = tmp_path / "out.tsv", tmp_path / "out.jsonl"
+    main(["translate", "--model", str(folder), "--backend", backend, "--input", str(lines_file), "--output", str(tsv),
+          "--nbest", "3"])
+    main(["translate", "--model", str(folder), "--backend", backend, "--input", str(lines_file), "--output",
+          str(jsonl), "--nbest", "3", "--format", "jsonl", "--token-scores"])
+    rows = [line.split("\t") for line in tsv.read_text(encoding="utf-8").splitlines()]
+    records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    wanted = [(number, rank, h) for number, found in enumerate(expected, 1) for rank, h in enumerate(found, 1)]
+    assert len(rows) == len(records) == len(wanted) == 4 * 3 + 1  # the empty line: one empty hypothesis
+    for row, record, (number, rank, h) in zip(rows, records, wanted):
+        assert row[:2] == [str(number), str(rank)] and row[4] == h.text.replace("\t", " ")
+        assert (record["line"], record["rank"], record["translation"]) == (number, rank, h.text)
+        if h.score is None:
+            assert row[2:4] == ["", ""] and record["score"] is None and record["tokens"] == []
+            continue
+        assert float(row[2]) == pytest.approx(h.score, abs=2e-4) and float(row[3]) == pytest.approx(
+            h.log_probability, abs=2e-4)
+        assert record["score"] == pytest.approx(h.score, abs=1e-3)
+        assert record["tokens"] == list(h.tokens)
+        assert record["token_scores"] == pytest.approx(list(h.token_scores), abs=1e-3)
+
+
+def test_translate_with_no_new_flag_writes_what_it_wrote(folders, lines_file, tmp_path, backends):
+    out = tmp_path / "out.txt"
+    main(["translate", "--model", str(folders[0]), "--input", str(lines_file), "--output", str(out)])
+    assert out.read_text(encoding="utf-8") == "".join(text + "\n" for text in backends[0](LINES))
+
+
+def test_the_nbest_flags_refuse_what_they_cannot_do_in_one_line(folders, lines_file, tmp_path, capsys):
+    base = ["translate", "--model", str(folders[0]), "--input", str(lines_file), "--output", str(tmp_path / "o")]
+    assert run_main([*base, "--nbest", "5"], capsys) == (
+        "vanilla-transformer translate: error: --nbest 5 is more than the 4 beam(s) of the search: give --num-beams 5 "
+        "or more, or a smaller --nbest\n")
+    assert "--nbest 2 is more than the 1 beam(s)" in run_main([*base, "--nbest", "2", "--num-beams", "1"], capsys)
+    assert run_main([*base, "--token-scores", "--format", "text"], capsys) == (
+        "vanilla-transformer translate: error: --token-scores needs --format tsv or jsonl (text holds the "
+        "translations only)\n")
+    assert "--nbest 3 needs --format tsv or jsonl" in run_main([*base, "--nbest", "3", "--format", "text"], capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_score_writes_each_pairs_scores_and_refuses_unaligned_files(folders, tmp_path, capsys):
+    sources, targets = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    sources.write_text("Two dogs play in the snow.\n\nPeople walk.\n", encoding="utf-8")
+    targets.write_text("Zwei Hunde spielen im Schnee.\n\nLeute.\n", encoding="utf-8")
+    expected = SCORERS["torch"](folders[0], "cpu")(["Two dogs play in the snow.", "", "People walk."],
+                                                   ["Zwei Hunde spielen im Schnee.", "", "Leute."])
+    out = tmp_path / "scores.jsonl"
+    main(["score", "--model", str(folders[0]), "--src", str(sources), "--tgt", str(targets), "--output", str(out),
+          "--format", "jsonl", "--token-scores"])
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [record["line"] for record in records] == [1, 2, 3]
+    for record, score in zip(records, expected):
+        assert record["log_probability"] == pytest.approx(score.log_probability)
+        assert record["per_token"] == pytest.approx(score.per_token)
+        assert record["num_tokens"] == score.num_tokens and record["tokens"] == list(score.tokens)
+    targets.write_text("Zwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    capsys.readouterr()  # loading the model above draws a progress bar
+    assert run_main(["score", "--model", str(folders[0]), "--src", str(sources), "--tgt", str(targets)], capsys) == (
+        f"vanilla-transformer score: error: {sources} has 3 lines but {targets} has 1; source and target files must "
+        "be aligned line by line\n")
+    assert "cannot both be standard input" in run_main(
+        ["score", "--model", str(folders[0]), "--src", "-", "--tgt", "-"], capsys)
+
+
+@pytest.mark.slow  # a process of its own
+def test_the_installed_command_scores_piped_targets(folders, tmp_path):
+    script = Path(sys.executable).with_name("vanilla-transformer")
+    sources = tmp_path / "src.txt"
+    sources.write_text("Two dogs play in the snow.\nPeople walk.\n", encoding="utf-8")
+    piped = "Zwei Hunde spielen im Schnee.\nLeute.\n"
+    result = subprocess.run([script, "score", "--model", str(folders[1]), "--backend", "ct2", "--src", str(sources),
+                             "--tgt", "-"], input=piped, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    expected = SCORERS["ct2"](folders[1], "cpu")(["Two dogs play in the snow.", "People walk."], piped.splitlines())
+    assert result.stdout == "".join(f"{n}\t{s.log_probability:.4f}\t{s.per_token:.4f}\t{s.num_tokens}\n"
+                                    for n, s in enumerate(expected, 1))
+    result = subprocess.run([script, "score", "--model", str(folders[1]), "--backend", "ct2", "--src", str(sources),
+                             "--tgt", "-"], input="Leute.\n", capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.endswith("must be aligned line by line\n") and not result.stdout
