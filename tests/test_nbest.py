@@ -230,3 +230,57 @@ def test_the_installed_command_scores_piped_targets(folders, tmp_path):
     result = subprocess.run([script, "score", "--model", str(folders[1]), "--backend", "ct2", "--src", str(sources),
                              "--tgt", "-"], input="Leute.\n", capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stderr.endswith("must be aligned line by line\n") and not result.stdout
+
+
+# --- Sampling --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["torch", "ct2"])
+def test_the_same_seed_draws_the_same_samples(folders, backend):
+    # CTranslate2 seeds the generator of each of its threads when the thread first samples: a seeded call repeats
+    # with a translator loaded again (as each run of the command loads one), PyTorch's with the same model.
+    folder = folders[0] if backend == "torch" else folders[1]
+    loaded = BACKENDS[backend](folder, "cpu")
+
+    def translate(*args, **kwargs):
+        return (loaded if backend == "torch" else BACKENDS[backend](folder, "cpu"))(*args, **kwargs)
+
+    draw = dict(do_sample=True, num_beams=1, top_k=0, temperature=1.0, max_new_tokens=12)
+    first, again = translate(LINES, seed=5, **draw), translate(LINES, seed=5, **draw)
+    assert first == again and first[1] == ""
+    assert translate(LINES, seed=6, **draw) != first
+    # Drawn from the one most likely token, sampling is greedy search.
+    assert translate(LINES, seed=5, **dict(draw, top_k=1)) == translate(LINES, num_beams=1, max_new_tokens=12)
+
+
+def test_a_sample_is_scored_as_any_hypothesis(backends):
+    translate, ct2_translate = backends
+    draw = dict(do_sample=True, num_beams=1, top_k=0, max_new_tokens=12, seed=2)
+    sample = translate([SENTENCES[1]], nbest=1, token_scores=True, **draw)[0][0]
+    assert sample.text == translate([SENTENCES[1]], **draw)[0]
+    assert sample.log_probability == pytest.approx(math.fsum(sample.token_scores), abs=1e-6)
+    assert ct2_translate([SENTENCES[1]], nbest=1, **draw)[0][0].score is not None
+
+
+def test_the_sampling_flags_go_with_sampling(folders, lines_file, tmp_path, capsys):
+    base = ["translate", "--model", str(folders[0]), "--input", str(lines_file), "--output", str(tmp_path / "o")]
+    assert run_main([*base, "--top-k", "5"], capsys) == (
+        "vanilla-transformer translate: error: --top-k shapes sampling: give --sampling too\n")
+    assert "takes no --num-beams 4" in run_main([*base, "--sampling", "--num-beams", "4"], capsys)
+    assert "takes no --nbest 2" in run_main([*base, "--sampling", "--nbest", "2"], capsys)
+    assert "--top-p must be in (0, 1], got 1.5" in run_main([*base, "--sampling", "--top-p", "1.5"], capsys)
+    assert "--temperature must be positive, got 0" in run_main([*base, "--sampling", "--temperature", "0"], capsys)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("backend", ["torch", "ct2"])
+def test_translate_samples_reproducibly_from_the_command_line(folders, lines_file, tmp_path, backend):
+    folder = folders[0] if backend == "torch" else folders[1]
+    outputs = []
+    for seed in ("7", "7", "8"):
+        out = tmp_path / f"{len(outputs)}.txt"
+        main(["translate", "--model", str(folder), "--backend", backend, "--input", str(lines_file), "--output",
+              str(out), "--sampling", "--seed", seed, "--max-new-tokens", "12"])
+        outputs.append(out.read_text(encoding="utf-8"))
+    # Split at line feeds only: a random model's samples hold other characters that str.splitlines breaks at.
+    assert outputs[0] == outputs[1] != outputs[2] and outputs[0].count("\n") == len(LINES)

@@ -1,5 +1,5 @@
-"""Scores on the command line: `translate`'s n-best lists (`--nbest`, `--format`, `--token-scores`) and the `score`
-command, each pair's log-probability under a model (`backends.table.SCORERS`), for filtering a corpus or reranking an
+"""Scores on the command line: `translate`'s n-best lists (`--nbest`, `--format`, `--token-scores`), its sampling
+(`--sampling` and its flags) and the `score` command, each pair's log-probability under a model (`backends.table.SCORERS`), for filtering a corpus or reranking an
 n-best list. docs/cli.md shows both with their output; docs/decoding.md says what the scores are."""
 
 import argparse
@@ -32,6 +32,44 @@ def hypotheses_arguments(parser: argparse.ArgumentParser) -> None:
                              "with --nbest or --token-scores).")
     parser.add_argument("--token-scores", action="store_true",
                         help="Add each hypothesis' tokens and their log-probabilities (tsv or jsonl).")
+
+
+def sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """translate's flags for sampling (back-translation: synthetic sources drawn from the model, not its best)."""
+    parser.add_argument("--sampling", action="store_true",
+                        help="Draw each translation token by token from the model's distribution instead of beam "
+                             "search; reproducible for a given --seed and backend.")
+    parser.add_argument("--top-k", type=int, metavar="K",
+                        help="With --sampling: draw from the K most likely tokens only (default: 0, all of them).")
+    parser.add_argument("--top-p", type=float, metavar="P",
+                        help="With --sampling: draw from the smallest set of tokens whose probability reaches P "
+                             "(default: 1.0, all of them).")
+    parser.add_argument("--temperature", type=float, metavar="T",
+                        help="With --sampling: divide the logits by T before drawing (default: 1.0).")
+    parser.add_argument("--seed", type=int, metavar="S", help="With --sampling: the random seed (default: 0).")
+
+
+def sampling_options(args: argparse.Namespace) -> dict:
+    """The decoding options that --sampling and its flags ask for ({} without it), checked before any work."""
+    flags = {"--top-k": args.top_k, "--top-p": args.top_p, "--temperature": args.temperature, "--seed": args.seed}
+    if not args.sampling:
+        if given := [flag for flag, value in flags.items() if value is not None]:
+            raise UserError(f"{given[0]} shapes sampling: give --sampling too")
+        return {}
+    if args.num_beams not in (None, 1):
+        raise UserError(f"--sampling draws one translation a line, token by token: it takes no --num-beams "
+                        f"{args.num_beams}")
+    if (args.nbest or 1) > 1:
+        raise UserError(f"--sampling draws one translation a line: it takes no --nbest {args.nbest}")
+    if args.top_k is not None and args.top_k < 0:
+        raise UserError(f"--top-k must be 0 (all tokens) or more, got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    if args.temperature is not None and not args.temperature > 0:
+        raise UserError(f"--temperature must be positive, got {args.temperature:g}")
+    return dict(do_sample=True, num_beams=1, top_k=args.top_k or 0, top_p=1.0 if args.top_p is None else args.top_p,
+                temperature=1.0 if args.temperature is None else args.temperature,
+                seed=0 if args.seed is None else args.seed)
 
 
 def check_hypotheses_arguments(args: argparse.Namespace) -> None:
@@ -171,4 +209,4 @@ def score_command(argv: list[str]) -> None:
 
 
 __all__ = ["FORMATS", "check_hypotheses_arguments", "hypotheses_arguments", "hypothesis_lines", "pair_score_line",
-           "score_command", "with_nbest"]
+           "sampling_arguments", "sampling_options", "score_command", "with_nbest"]

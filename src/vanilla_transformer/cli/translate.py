@@ -18,7 +18,8 @@ from ..backends.table import BACKENDS
 from ..inference.attention_plots import KINDS
 from .arguments import device, positive_int
 from .errors import user_errors
-from .scores import check_hypotheses_arguments, hypotheses_arguments, hypothesis_lines, with_nbest
+from .scores import (check_hypotheses_arguments, hypotheses_arguments, hypothesis_lines, sampling_arguments,
+                     sampling_options, with_nbest)
 
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +116,7 @@ def translate_command(argv: list[str]) -> None:
     )
     parser.add_argument("--output", metavar="FILE", help="Where to write the translations; default: standard output.")
     hypotheses_arguments(parser)
+    sampling_arguments(parser)
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
 
@@ -122,9 +124,10 @@ def translate_command(argv: list[str]) -> None:
     from ..paths.text_files import InvalidUTF8Error, iter_lines, output_file
 
     check_hypotheses_arguments(args)
+    sampling = sampling_options(args)
     check_output_file(args.output)
     num_lines = check_input_file(args.input)
-    translate = _translator(args)
+    translate = functools.partial(_translator(args), **sampling)
     if args.nbest is not None or args.format != "text":
         translate = with_nbest(translate, args)
     # A chunk of lines at a time (sorted and batched within it), so memory stays flat however long the input; the

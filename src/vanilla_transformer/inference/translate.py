@@ -35,6 +35,7 @@ def translate_lines(
     compile: bool = False,
     nbest: int | None = None,
     token_scores: bool = False,
+    seed: int | None = None,
     **generate_kwargs,
 ) -> list[str] | list[list[Hypothesis]]:
     """
@@ -51,28 +52,24 @@ def translate_lines(
     "" and a warning naming it. `first_line` is the number the report gives `lines[0]` (`translate_in_chunks` passes
     each chunk's place in the file).
 
-    `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, ...) go to `generate()`, else the model's
-    generation config decides. The model runs in eval mode, on its own device; a tqdm bar counts the sentences when
-    `show_progress` (default: when standard error is a terminal).
+    `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate()`, else
+    the model's generation config decides; `seed` seeds torch first, so that sampling draws the same translations
+    again. The model runs in eval mode, on its own device; a tqdm bar counts the sentences when `show_progress`
+    (default: when standard error is a terminal).
 
-    `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`), for greedy search,
-    sampling and beam search. Sources are padded to a multiple of 16 tokens and batched within those lengths, and a
-    batch short of sentences is filled up with copies of its first one, so that a file compiles one step per length
-    (and decoding setting), reused by all its batches and by later calls. The first batch of each length waits for its
-    compilation; translations are those of eager decoding up to floating-point rounding.
+    `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`): sources padded to
+    a multiple of 16 tokens, batches filled up with copies of their first sentence, so that a file compiles one step
+    per length, whose first batch waits for it; translations are those of eager decoding up to rounding.
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    if num_beams is not None:
-        generate_kwargs["num_beams"] = num_beams
-    settings = resolve_decoding_settings(None, generate_kwargs, defaults=model.generation_config)
-    check_nbest(nbest, settings["num_beams"])
+    settings = _decoding_settings(model, generate_kwargs, num_beams, nbest, compile)
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
-    if nbest is not None:
-        translations, generate_kwargs["num_return_sequences"] = [[EMPTY] for _ in translations], nbest
+    translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:
         return translations
-    generate_kwargs.update(GENERATE_KWARGS if compile else {})
+    if seed is not None:
+        torch.manual_seed(seed)
     batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
     score = nbest and functools.partial(_hypotheses, model, tokenizer, nbest=nbest, settings=settings,
@@ -100,6 +97,19 @@ def _decode(model, tokenizer, input_ids, batches, compile: bool, show_progress: 
                 outputs[k] = output
             bar.update(len(batch))
     return outputs
+
+
+def _decoding_settings(model, generate_kwargs: dict, num_beams: int | None, nbest: int | None, compile: bool) -> dict:
+    """The decoding settings of a call, resolved as `generate()` resolves them, its n-best length checked against its
+    beams; `generate_kwargs` completed with what the call's options ask of `generate()`."""
+    if num_beams is not None:
+        generate_kwargs["num_beams"] = num_beams
+    settings = resolve_decoding_settings(None, generate_kwargs, defaults=model.generation_config)
+    check_nbest(nbest, settings["num_beams"])
+    if nbest is not None:
+        generate_kwargs["num_return_sequences"] = nbest
+    generate_kwargs.update(GENERATE_KWARGS if compile else {})
+    return settings
 
 
 @contextlib.contextmanager

@@ -97,6 +97,7 @@ def ct2_translate_lines(
     generation_config: GenerationConfig | None = None,
     nbest: int | None = None,
     token_scores: bool = False,
+    seed: int | None = None,
     **options,
 ) -> list[str] | list[list[Hypothesis]]:
     r"""
@@ -110,6 +111,8 @@ def ct2_translate_lines(
     (the exported model's; section 6.1's when missing):
 
     - `num_beams` (4 in the paper): CTranslate2's `beam_size`; other `options` go to `Translator.translate_batch`.
+    - `do_sample` with `top_k`, `top_p` and `temperature`: CTranslate2's random sampling (`sampling_topk`, ...), drawn
+      from CTranslate2's generator seeded with `seed`.
     - `length_penalty` (alpha, 0.6) and `length_penalty_type`: CTranslate2's own penalty is transformers' formula,
       finished hypotheses ranked by `log P(Y|X) / |Y|^alpha` (`"transformers"`; `|Y|` counts `</s>`). With `"gnmt"`
       (the paper's) the hypotheses CTranslate2's search finished are re-ranked by `log P(Y|X) / ((5 + |Y|) / 6)^alpha`.
@@ -124,12 +127,7 @@ def ct2_translate_lines(
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    defaults = generation_config or GenerationConfig(**PAPER_DECODING)
-    settings = resolve_decoding_settings(None, options, defaults=defaults)
-    options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
-    check_nbest(nbest, settings["num_beams"])
-    search = ct2_search(settings, options, tokenizer.eos_token, nbest or 1)
-
+    settings, search = _decoding(generation_config, options, seed, nbest, tokenizer.eos_token)
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:
@@ -144,6 +142,32 @@ def ct2_translate_lines(
                 translations[to_translate[k]] = output
             bar.update(len(batch))
     return translations
+
+
+def _decoding(generation_config: GenerationConfig | None, options: dict, seed, nbest, end_token: str):
+    """A call's decoding settings, resolved as `generate()` resolves them (its n-best length checked against its
+    beams), and the CTranslate2 search that runs them."""
+    defaults = generation_config or GenerationConfig(**PAPER_DECODING)
+    options = sampling_options(options, defaults, seed)
+    settings = resolve_decoding_settings(None, options, defaults=defaults)
+    options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
+    check_nbest(nbest, settings["num_beams"])
+    return settings, ct2_search(settings, options, end_token, nbest or 1)
+
+
+def sampling_options(options: dict, defaults: GenerationConfig, seed: int | None) -> dict:
+    """`options` with `generate()`'s sampling settings (`do_sample`, `top_k`, `top_p`, `temperature`, each from the
+    options, else from the generation config `defaults`) as CTranslate2's, one beam; `seed` seeds its generator."""
+    options = dict(options)
+    names = ("do_sample", "top_k", "top_p", "temperature")
+    do_sample, top_k, top_p, temperature = (
+        options.pop(name) if name in options else getattr(defaults, name, None) for name in names)
+    if seed is not None:
+        require("ctranslate2", extra="ct2").set_random_seed(seed)
+    if not do_sample:
+        return options
+    return dict(options, num_beams=1, sampling_topk=top_k or 0, sampling_topp=1.0 if top_p is None else top_p,
+                sampling_temperature=1.0 if temperature is None else temperature)
 
 
 def _batch_outputs(translator, tokenizer, search, sources, max_length: int, nbest, settings: dict, token_scores: bool):
