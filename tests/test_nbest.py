@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("ctranslate2")
 
@@ -284,3 +285,48 @@ def test_translate_samples_reproducibly_from_the_command_line(folders, lines_fil
         outputs.append(out.read_text(encoding="utf-8"))
     # Split at line feeds only: a random model's samples hold other characters that str.splitlines breaks at.
     assert outputs[0] == outputs[1] != outputs[2] and outputs[0].count("\n") == len(LINES)
+
+
+# --- Target prefixes -------------------------------------------------------------------------------------------------
+
+PREFIXES = ["Ein Mann", "", "", "Leute", ""]  # one a line of LINES, "" for none (the empty line's is never used)
+
+
+@pytest.mark.parametrize("settings", [dict(num_beams=1), {}], ids=["greedy", "paper"])
+def test_every_translation_starts_with_its_prefix(backends, tokenizer, settings):  # noqa: F811
+    for translate in backends:
+        found = translate(LINES, target_prefixes=PREFIXES, max_new_tokens=10, **settings)
+        for line, prefix, text in zip(LINES, PREFIXES, found):
+            assert text.startswith(prefix) if line else text == ""
+    # Greedy search continues a prefix the same way on both backends.
+    greedy = [translate(LINES, target_prefixes=PREFIXES, num_beams=1, max_new_tokens=10) for translate in backends]
+    assert greedy[0] == greedy[1]
+
+
+def test_a_prefixed_hypothesis_scores_its_continuation_as_beam_search_ranks_it(
+    folders, backends, tokenizer  # noqa: F811
+):
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folders[0]).eval()
+    found = backends[0]([SENTENCES[1]], target_prefixes=["Zwei Hunde"], nbest=3, token_scores=True)[0]
+    prefix = tokenizer(text_target="Zwei Hunde", add_special_tokens=False)["input_ids"]
+    start = torch.tensor([[model.config.decoder_start_token_id, *prefix]])
+    outputs = model.generate(**tokenizer(SENTENCES[1], return_tensors="pt"), decoder_input_ids=start,
+                             num_return_sequences=3, output_scores=True, return_dict_in_generate=True)
+    assert [h.score for h in found] == pytest.approx(outputs.sequences_scores.tolist(), abs=1e-4)
+    for hypothesis, row in zip(found, outputs.sequences.tolist()):
+        assert hypothesis.text.startswith("Zwei Hunde")
+        continuation = row[1 + len(prefix):]
+        continuation = continuation[: continuation.index(model.config.eos_token_id) + 1]  # then padding
+        assert list(hypothesis.tokens) == tokenizer.convert_ids_to_tokens(continuation)
+
+
+def test_a_prefix_file_of_another_length_is_refused(folders, lines_file, tmp_path, capsys):
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("Ein Mann\n\n", encoding="utf-8")
+    err = run_main(["translate", "--model", str(folders[0]), "--input", str(lines_file), "--target-prefix",
+                    str(prefixes), "--output", str(tmp_path / "o")], capsys)
+    assert err == (f"vanilla-transformer translate: error: {prefixes} has 2 lines but {lines_file} has {len(LINES)}; "
+                   "give one target prefix a line (an empty line for none)\n")
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(ValueError, match="2 target prefixes for 5 lines"):
+        BACKENDS["torch"](folders[0], "cpu")(LINES, target_prefixes=["a", "b"])

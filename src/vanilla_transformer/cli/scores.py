@@ -1,6 +1,7 @@
 """Scores on the command line: `translate`'s n-best lists (`--nbest`, `--format`, `--token-scores`), its sampling
-(`--sampling` and its flags) and the `score` command, each pair's log-probability under a model (`backends.table.SCORERS`), for filtering a corpus or reranking an
-n-best list. docs/cli.md shows both with their output; docs/decoding.md says what the scores are."""
+(`--sampling` and its flags) and the `score` command, each pair's log-probability under a model
+(`backends.table.SCORERS`), for filtering a corpus or reranking an n-best list. docs/cli.md shows them with their
+output; docs/decoding.md says what the scores are."""
 
 import argparse
 import functools

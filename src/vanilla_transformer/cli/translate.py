@@ -115,6 +115,9 @@ def translate_command(argv: list[str]) -> None:
         "--input", metavar="FILE", help="UTF-8 text, one sentence a line (.gz read as gzip); default: standard input."
     )
     parser.add_argument("--output", metavar="FILE", help="Where to write the translations; default: standard output.")
+    parser.add_argument("--target-prefix", metavar="FILE",
+                        help="Target prefixes, one a line, aligned with the input (an empty line: none): each "
+                             "translation starts with its prefix's tokens, and the search continues it.")
     hypotheses_arguments(parser)
     sampling_arguments(parser)
     args = parser.parse_args(argv)
@@ -127,9 +130,16 @@ def translate_command(argv: list[str]) -> None:
     sampling = sampling_options(args)
     check_output_file(args.output)
     num_lines = check_input_file(args.input)
+    prefixes = None if args.target_prefix is None else _read_lines(args.target_prefix)
+    if prefixes is not None and num_lines is not None and len(prefixes) != num_lines:
+        raise UserError(f"{args.target_prefix} has {len(prefixes)} lines but {args.input} has {num_lines}; give one "
+                        "target prefix a line (an empty line for none)")
     translate = functools.partial(_translator(args), **sampling)
+    if prefixes is not None:
+        translate = _with_target_prefixes(translate, prefixes, args.target_prefix)
     if args.nbest is not None or args.format != "text":
         translate = with_nbest(translate, args)
+    number = 0
     # A chunk of lines at a time (sorted and batched within it), so memory stays flat however long the input; the
     # output file appears, whole, at the end.
     with (
@@ -143,6 +153,22 @@ def translate_command(argv: list[str]) -> None:
             file.write(_one_line(translation) if isinstance(translation, str) else
                        hypothesis_lines(number, translation, args.format, args.token_scores))
             bar.update()
+        if prefixes is not None and number != len(prefixes):  # standard input, not counted ahead
+            raise UserError(f"{args.target_prefix} has {len(prefixes)} lines but the input has {number}; give one "
+                            "target prefix a line (an empty line for none)")
+
+
+def _with_target_prefixes(translate, prefixes: list[str], path: str):
+    """`translate` given the target prefixes of the lines of each chunk it translates (`first_line` on)."""
+
+    def translate_after_prefixes(chunk, first_line: int = 1, **options):
+        given = prefixes[first_line - 1: first_line - 1 + len(chunk)]
+        if len(given) < len(chunk):
+            raise UserError(f"{path} has {len(prefixes)} lines but the input has more; give one target prefix a line "
+                            "(an empty line for none)")
+        return translate(chunk, first_line=first_line, target_prefixes=given, **options)
+
+    return translate_after_prefixes
 
 
 def _evaluate_parser() -> CommandParser:

@@ -49,6 +49,18 @@ def tokenize_lines(
     return translations, to_translate, input_ids
 
 
+def target_prefix_ids(tokenizer: "PreTrainedTokenizerBase", target_prefixes: Sequence[str] | None, num_lines: int,
+                      to_translate: list[int]) -> list[list[int]] | None:
+    """The token ids of the target prefix of each line to translate (`to_translate`: indices into `target_prefixes`,
+    one a line, "" for none), tokenized as targets are but without `</s>`; None without prefixes."""
+    if target_prefixes is None:
+        return None
+    if len(target_prefixes) != num_lines:
+        raise ValueError(f"{len(target_prefixes)} target prefixes for {num_lines} lines: give one a line")
+    texts = [target_prefixes[k].strip() for k in to_translate]
+    return tokenizer(text_target=texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+
+
 def untranslated_length(tokenizer: "PreTrainedTokenizerBase") -> int:
     """The number of tokens past which a line is left untranslated (`UNTRANSLATED_FACTOR`)."""
     model_max_length = tokenizer.model_max_length
@@ -96,4 +108,5 @@ def _warn_untranslated(numbered_lengths: list[tuple[int, int]], limit: int) -> N
     )
 
 
-__all__ = ["CHUNK_LINES", "UNTRANSLATED_FACTOR", "tokenize_lines", "translate_in_chunks", "untranslated_length"]
+__all__ = ["CHUNK_LINES", "UNTRANSLATED_FACTOR", "target_prefix_ids", "tokenize_lines", "translate_in_chunks",
+           "untranslated_length"]

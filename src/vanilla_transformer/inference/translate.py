@@ -17,7 +17,7 @@ from ..model.decoding_vanilla_transformer import resolve_decoding_settings
 from .batching import length_sorted_batches
 from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, compiled_decoding
 from .hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
-from .lines import CHUNK_LINES, tokenize_lines, translate_in_chunks
+from .lines import CHUNK_LINES, target_prefix_ids, tokenize_lines, translate_in_chunks
 from .scoring import token_log_probabilities
 
 
@@ -36,6 +36,7 @@ def translate_lines(
     nbest: int | None = None,
     token_scores: bool = False,
     seed: int | None = None,
+    target_prefixes: Sequence[str] | None = None,
     **generate_kwargs,
 ) -> list[str] | list[list[Hypothesis]]:
     """
@@ -54,8 +55,9 @@ def translate_lines(
 
     `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate()`, else
     the model's generation config decides; `seed` seeds torch first, so that sampling draws the same translations
-    again. The model runs in eval mode, on its own device; a tqdm bar counts the sentences when `show_progress`
-    (default: when standard error is a terminal).
+    again. `target_prefixes` (one a line, "" for none) start the translations: the search continues them. The model
+    runs in eval mode, on its own device; a tqdm bar counts the sentences when `show_progress` (default: when standard
+    error is a terminal).
 
     `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`): sources padded to
     a multiple of 16 tokens, batches filled up with copies of their first sentence, so that a file compiles one step
@@ -63,26 +65,27 @@ def translate_lines(
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    settings = _decoding_settings(model, generate_kwargs, num_beams, nbest, compile)
+    settings = _decoding_settings(model, generate_kwargs, num_beams, nbest, compile, seed)
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:
         return translations
-    if seed is not None:
-        torch.manual_seed(seed)
-    batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile)
+    prefixes = target_prefix_ids(tokenizer, target_prefixes, len(lines), to_translate)
+    batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile, prefixes)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
     score = nbest and functools.partial(_hypotheses, model, tokenizer, nbest=nbest, settings=settings,
                                         with_tokens=token_scores)
-    for k, output in zip(to_translate, _decode(model, tokenizer, input_ids, batches, compile, show_progress,
-                                               generate_kwargs, score)):
+    for k, output in zip(to_translate, _decode(model, tokenizer, input_ids, prefixes, batches, compile,
+                                               show_progress, generate_kwargs, score)):
         translations[k] = output
     return translations
 
 
-def _decode(model, tokenizer, input_ids, batches, compile: bool, show_progress: bool, generate_kwargs: dict, score):
-    """The outputs of `input_ids`, in their order, generated batch by batch (`batches`: `_batches`); `score(sources,
-    sequences)` makes a batch's hypotheses of its sequences (None: their texts are the outputs)."""
+def _decode(model, tokenizer, input_ids, prefixes, batches, compile: bool, show_progress: bool, generate_kwargs: dict,
+            score):
+    """The outputs of `input_ids` (with their target `prefixes`, if any), in their order, generated batch by batch
+    (`batches`: `_batches`); `score(sources, sequences, prefixes)` makes a batch's hypotheses of its sequences (None:
+    their texts are the outputs)."""
     outputs = [None] * len(input_ids)
     with (
         _eval_mode(model),
@@ -92,16 +95,19 @@ def _decode(model, tokenizer, input_ids, batches, compile: bool, show_progress: 
     ):
         for batch, rows in batches:
             sources = [input_ids[k] for k in batch]
-            found = _generate(model, tokenizer, sources, rows, compile, generate_kwargs)
-            for k, output in zip(batch, found if score is None else score(sources, found)):
+            starts = [prefixes[k] for k in batch] if prefixes is not None else None
+            found = _generate(model, tokenizer, sources, starts, rows, compile, generate_kwargs)
+            for k, output in zip(batch, found if score is None else score(sources, found, starts)):
                 outputs[k] = output
             bar.update(len(batch))
     return outputs
 
 
-def _decoding_settings(model, generate_kwargs: dict, num_beams: int | None, nbest: int | None, compile: bool) -> dict:
+def _decoding_settings(model, generate_kwargs: dict, num_beams, nbest, compile: bool, seed: int | None) -> dict:
     """The decoding settings of a call, resolved as `generate()` resolves them, its n-best length checked against its
-    beams; `generate_kwargs` completed with what the call's options ask of `generate()`."""
+    beams; `generate_kwargs` completed with what the call's options ask of `generate()`, and torch seeded."""
+    if seed is not None:
+        torch.manual_seed(seed)
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
     settings = resolve_decoding_settings(None, generate_kwargs, defaults=model.generation_config)
@@ -123,31 +129,38 @@ def _eval_mode(model: PreTrainedModel) -> Iterator[None]:
         model.train(was_training)
 
 
-def _generate(model, tokenizer, sources: list[list[int]], rows: int, compile: bool, generate_kwargs: dict):
+def _generate(model, tokenizer, sources: list[list[int]], prefixes, rows: int, compile: bool, generate_kwargs: dict):
     """The translations of one batch of token ids, filled up to `rows` sentences with copies of its first (the
     translations of the copies come back too) and, for compiled decoding, padded to a multiple of `SOURCE_BUCKET`:
-    their text, or with `num_return_sequences` the token ids of each sentence's hypotheses, one after another."""
+    their text, or with `num_return_sequences` the token ids of each sentence's hypotheses, one after another. Target
+    `prefixes` (of one length) follow the decoder's start token."""
     sources = sources + sources[:1] * (rows - len(sources))
     padded = tokenizer.pad(
         {"input_ids": sources}, pad_to_multiple_of=SOURCE_BUCKET if compile else None, return_tensors="pt"
-    )
-    outputs = model.generate(**padded.to(model.device), **generate_kwargs)
+    ).to(model.device)
+    if prefixes is not None:
+        start = model.config.decoder_start_token_id
+        prefixes = prefixes + prefixes[:1] * (rows - len(prefixes))
+        padded["decoder_input_ids"] = torch.tensor([[start, *prefix] for prefix in prefixes], device=model.device)
+    outputs = model.generate(**padded, **generate_kwargs)
     if generate_kwargs.get("num_return_sequences") is not None:
         return outputs.tolist()
     return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
 
-def _hypotheses(model, tokenizer, sources, outputs, *, nbest: int, settings: dict, with_tokens: bool):
+def _hypotheses(model, tokenizer, sources, outputs, prefixes, *, nbest: int, settings: dict, with_tokens: bool):
     """Each of `sources`' `nbest` hypotheses (`outputs`: `generate()`'s sequences, `nbest` a source) as `Hypothesis`
-    objects, scored by a teacher-forced pass."""
+    objects, scored by a teacher-forced pass. After a target prefix, the tokens and scores are the continuation's, as
+    beam search ranked it (the prefix is given, not chosen)."""
     eos, pad = model.config.eos_token_id, model.config.pad_token_id
     targets = [_generated_ids(row, eos, pad) for row in outputs[: len(sources) * nbest]]
     repeated = [source for source in sources for _ in range(nbest)]
+    given = [len(prefix) for prefix in prefixes for _ in range(nbest)] if prefixes is not None else [0] * len(targets)
     scores = token_log_probabilities(model, repeated, targets)
     found = [
         hypothesis(tokenizer.decode(target, skip_special_tokens=True).strip(),
-                   tokenizer.convert_ids_to_tokens(target), token_scores, settings, with_tokens)
-        for target, token_scores in zip(targets, scores)
+                   tokenizer.convert_ids_to_tokens(target[cut:]), token_scores[cut:], settings, with_tokens)
+        for target, token_scores, cut in zip(targets, scores, given)
     ]
     return [found[k * nbest: (k + 1) * nbest] for k in range(len(sources))]
 
@@ -163,13 +176,23 @@ def _generated_ids(row: list[int], eos: int, pad: int | None) -> list[int]:
 
 
 def _batches(
-    lengths: list[int], batch_size: int, max_tokens: int | None, compile: bool
+    lengths: list[int], batch_size: int, max_tokens: int | None, compile: bool, prefixes=None
 ) -> list[tuple[list[int], int]]:
     """`(batch, rows)` pairs: the indices of a batch's sources, and the number of sentences it is generated with (its
-    own, or with `compile` a full batch's)."""
+    own, or with `compile` a full batch's). With target `prefixes`, a batch holds prefixes of one length (the decoder
+    starts all its sentences at one position)."""
     if compile:
-        return _compiled_decoding_batches(lengths, batch_size, max_tokens)
-    return [(batch, len(batch)) for batch in length_sorted_batches(lengths, max_tokens, batch_size)]
+        batches = _compiled_decoding_batches(lengths, batch_size, max_tokens)
+    else:
+        batches = [(batch, len(batch)) for batch in length_sorted_batches(lengths, max_tokens, batch_size)]
+    if prefixes is None:
+        return batches
+    split = []
+    for batch, rows in batches:
+        for length in sorted({len(prefixes[k]) for k in batch}):
+            part = [k for k in batch if len(prefixes[k]) == length]
+            split.append((part, rows if compile else len(part)))
+    return split
 
 
 def _compiled_decoding_batches(lengths: list[int], batch_size: int, max_tokens: int | None):

@@ -8,7 +8,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +18,11 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, PreTrainedTo
 from ...errors import InputTooLongError, NotExportedError
 from ...extras import require
 from ...inference.batching import length_sorted_batches
-from ...inference.hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
-from ...inference.lines import tokenize_lines
+from ...inference.hypotheses import EMPTY, Hypothesis, check_nbest
+from ...inference.lines import target_prefix_ids, tokenize_lines
 from ...model.decoding_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
 from ...paths.model_folders import is_model_folder
+from .outputs import batch_outputs, sampling_options
 
 
 def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> Callable[..., list[str]]:
@@ -98,14 +99,15 @@ def ct2_translate_lines(
     nbest: int | None = None,
     token_scores: bool = False,
     seed: int | None = None,
+    target_prefixes: Sequence[str] | None = None,
     **options,
 ) -> list[str] | list[list[Hypothesis]]:
     r"""
     Translate each of `lines` with a `ctranslate2.Translator`, batched as `translate_lines` does for `generate()`
     (sorted by length, `batch_size` sentences and `max_tokens` tokens at most, empty lines give "", long lines reported
     with their number counted from `first_line`); the translations come back in input order. `nbest` and
-    `token_scores` give hypotheses with scores as `translate_lines` does: ranked as `generate()` ranks them
-    (`Ct2Search.ranked_hypotheses`), scored by CTranslate2's `score_batch`.
+    `token_scores` give hypotheses with scores as `translate_lines` does (`outputs.py`). `target_prefixes` start the
+    translations (CTranslate2's `target_prefix`; its beam search then stops and ranks as CTranslate2 does).
 
     The decoding settings of `generate()` are read as it reads them: from `options`, else from `generation_config`
     (the exported model's; section 6.1's when missing):
@@ -132,12 +134,13 @@ def ct2_translate_lines(
     translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:
         return translations
-    batches = ct2_batches([len(ids) for ids in input_ids], settings, batch_size, max_tokens)
+    prefixes = target_prefix_ids(tokenizer, target_prefixes, len(lines), to_translate)
+    batches = ct2_batches([len(ids) for ids in input_ids], settings, batch_size, max_tokens, prefixes)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
     with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
         for batch, max_length in batches:
-            sources = [tokenizer.convert_ids_to_tokens(input_ids[k]) for k in batch]
-            found = _batch_outputs(translator, tokenizer, search, sources, max_length, nbest, settings, token_scores)
+            ids = [input_ids[k] for k in batch], None if prefixes is None else [prefixes[k] for k in batch]
+            found = batch_outputs(translator, tokenizer, search, *ids, max_length, nbest, settings, token_scores)
             for k, output in zip(batch, found):
                 translations[to_translate[k]] = output
             bar.update(len(batch))
@@ -153,53 +156,6 @@ def _decoding(generation_config: GenerationConfig | None, options: dict, seed, n
     options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
     check_nbest(nbest, settings["num_beams"])
     return settings, ct2_search(settings, options, end_token, nbest or 1)
-
-
-def sampling_options(options: dict, defaults: GenerationConfig, seed: int | None) -> dict:
-    """`options` with `generate()`'s sampling settings (`do_sample`, `top_k`, `top_p`, `temperature`, each from the
-    options, else from the generation config `defaults`) as CTranslate2's, one beam; `seed` seeds its generator."""
-    options = dict(options)
-    names = ("do_sample", "top_k", "top_p", "temperature")
-    do_sample, top_k, top_p, temperature = (
-        options.pop(name) if name in options else getattr(defaults, name, None) for name in names)
-    if seed is not None:
-        require("ctranslate2", extra="ct2").set_random_seed(seed)
-    if not do_sample:
-        return options
-    return dict(options, num_beams=1, sampling_topk=top_k or 0, sampling_topp=1.0 if top_p is None else top_p,
-                sampling_temperature=1.0 if temperature is None else temperature)
-
-
-def _batch_outputs(translator, tokenizer, search, sources, max_length: int, nbest, settings: dict, token_scores: bool):
-    """The translations of a batch of `sources` (tokens): their texts, or with `nbest` their scored hypotheses."""
-    if nbest is None:
-        return [_text(tokenizer, tokens) for tokens in search.best_hypotheses(translator, sources, max_length)]
-    ranked = search.ranked_hypotheses(translator, sources, max_length, nbest)
-    return _scored(translator, tokenizer, sources, ranked, settings, token_scores)
-
-
-def _text(tokenizer, tokens: list[str]) -> str:
-    return tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True).strip()
-
-
-def _scored(translator, tokenizer, sources, ranked, settings: dict, with_tokens: bool) -> list[list[Hypothesis]]:
-    """The hypotheses `ranked` (tokens, for each of `sources`) as `Hypothesis` objects, scored by CTranslate2's
-    `score_batch`: the log-probability of each token and of the `</s>` it appends. A hypothesis the length limit cut
-    keeps that `</s>` where `generate()` would have forced it (the source + N limit), not where it stops without one
-    (`max_new_tokens`)."""
-    end = tokenizer.eos_token
-    forced_end = settings["max_length_over_source"] is not None
-    flat = [tokens for found in ranked for tokens in found]
-    targets = [tokens[:-1] if tokens[-1:] == [end] else tokens for tokens in flat]
-    repeated = [source for source, found in zip(sources, ranked) for _ in found]
-    scored = []
-    for tokens, result in zip(flat, translator.score_batch(repeated, targets, max_input_length=0)):
-        cut = tokens[-1:] != [end] and not forced_end
-        kept = len(result.tokens) - 1 if cut else len(result.tokens)
-        scored.append(hypothesis(_text(tokenizer, result.tokens[:kept]), result.tokens[:kept],
-                                 result.log_probs[:kept], settings, with_tokens))
-    found = iter(scored)
-    return [[next(found) for _ in hypotheses] for hypotheses in ranked]
 
 
 def ct2_search(settings: dict, options: dict, end_token: str, nbest: int = 1) -> "Ct2Search":
@@ -295,6 +251,12 @@ class Ct2Search:
             for found in self._search(translator, sources, max_length, exponent, **whole)
         ]
 
+    def prefixed_hypotheses(self, translator, sources, prefixes, max_length: int, n: int) -> list[list[list[str]]]:
+        """The `n` best translations (tokens, the prefix first) of each of `sources` after its target prefix, as
+        CTranslate2's search ranks them (`prefixes` of one length)."""
+        options = dict(self.options, target_prefix=prefixes, num_hypotheses=max(n, self.options["num_hypotheses"]))
+        return [result.hypotheses[:n] for result in _translate_batch(translator, sources, max_length, options)]
+
     def _ranking_exponent(self, source_length: int) -> float:
         """The `beta` by which CTranslate2 ranks finished hypotheses, `log P(Y|X) / |Y|^beta`, to choose the
         `num_hypotheses` it returns. For transformers' penalty, alpha: its own ranking. GNMT's lp(Y) grows near a
@@ -344,21 +306,27 @@ class Ct2Search:
 
 
 def ct2_batches(
-    lengths: list[int], settings: dict, batch_size: int, max_tokens: int | None
+    lengths: list[int], settings: dict, batch_size: int, max_tokens: int | None, prefixes=None
 ) -> list[tuple[list[int], int]]:
     """The sources of `lengths` tokens in length-sorted batches, each with its maximum output length as `generate()`'s
-    decoding `settings` set it."""
+    decoding `settings` set it. With target `prefixes` (token ids), a batch holds prefixes of one length, which its
+    maximum length counts on top (CTranslate2 counts the prefix, `generate()` does not)."""
     max_length_over_source = settings["max_length_over_source"]
     if max_length_over_source is None:
         # generate()'s own limits: max_length counts the decoder start token; with neither set, 20 new tokens.
         limit = settings["max_new_tokens"] or (settings["max_length"] - 1 if settings["max_length"] else 20)
-        return [(batch, limit) for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size)]
-    # generate() forces </s> as the last of source + 50 tokens; CTranslate2 stops one token earlier, without it.
-    # CTranslate2 takes one maximum output length per call, so a batch holds sentences of one length.
-    return [
-        (batch, max(1, lengths[batch[0]] + max_length_over_source - 1))
-        for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size, same_length=True)
-    ]
+        batches = [(batch, limit) for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size)]
+    else:
+        # generate() forces </s> as the last of source + 50 tokens; CTranslate2 stops one token earlier, without it.
+        # CTranslate2 takes one maximum output length per call, so a batch holds sentences of one length.
+        batches = [
+            (batch, max(1, lengths[batch[0]] + max_length_over_source - 1))
+            for batch in length_sorted_batches(lengths, max_tokens, max_sentences=batch_size, same_length=True)
+        ]
+    if prefixes is None:
+        return batches
+    return [([k for k in batch if len(prefixes[k]) == given], limit + given) for batch, limit in batches
+            for given in sorted({len(prefixes[k]) for k in batch})]
 
 
 def _translate_batch(translator, sources: list[list[str]], max_length: int, search: dict):
