@@ -2,8 +2,10 @@
 transformers' own `sequences_scores` of beam search, a teacher-forced pass computed here, and CTranslate2's search and
 `score_batch` on the same exported model."""
 
+import functools
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2  
 from vanilla_transformer.backends.table import BACKENDS, SCORERS  # noqa: E402
 from vanilla_transformer.cli.main import main  # noqa: E402
 from vanilla_transformer.inference.hypotheses import EMPTY, Hypothesis  # noqa: E402
+from vanilla_transformer.inference.translate import translate_lines  # noqa: E402
 from vanilla_transformer.model.decoding_vanilla_transformer import gnmt_length_penalty  # noqa: E402
 
 LINES = [SENTENCES[0], "", SENTENCES[1], SENTENCES[3], SENTENCES[6]]
@@ -330,3 +333,69 @@ def test_a_prefix_file_of_another_length_is_refused(folders, lines_file, tmp_pat
     assert not (tmp_path / "o").exists()
     with pytest.raises(ValueError, match="2 target prefixes for 5 lines"):
         BACKENDS["torch"](folders[0], "cpu")(LINES, target_prefixes=["a", "b"])
+
+
+# --- Word alignment --------------------------------------------------------------------------------------------------
+
+
+def test_pieces_merge_into_whitespace_words_and_the_strongest_link_wins():
+    from vanilla_transformer.inference.alignment import hard_links, pharaoh, word_alignment, word_indices
+
+    assert word_indices(["Ġje", "Ġt", "'", "Ġaime"]) == word_indices(["je", "Ġt", "'", "Ġaime"]) == [0, 1, 1, 2]
+    assert word_indices(["▁I", "▁lo", "ve", "▁you"]) == [0, 1, 1, 2]
+    # "I love you" (pieces I | lo ve | you) -> "je t' aime" (pieces je | t ' | aime), attention written by hand.
+    attention = torch.tensor([
+        [0.7, 0.1, 0.1, 0.1],  # je: I
+        [0.0, 0.1, 0.0, 0.9],  # t: you
+        [0.1, 0.1, 0.1, 0.7],  # ': you
+        [0.0, 0.5, 0.4, 0.1],  # aime: lo + ve, love
+    ])
+    matrix = word_alignment(attention, [0, 1, 1, 2], [0, 1, 1, 2])
+    assert torch.allclose(matrix, torch.tensor([[0.7, 0.2, 0.1], [0.05, 0.15, 0.8], [0.0, 0.9, 0.1]]))
+    assert pharaoh(hard_links(matrix)) == "0-0 2-1 1-2"
+
+
+def test_alignments_are_the_models_cross_attention_whatever_its_kernel(folders, backends, tokenizer):  # noqa: F811
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folders[0]).eval()  # sdpa, the default
+    assert model.config._attn_implementation == "sdpa"
+    translate = functools.partial(translate_lines, model, tokenizer)
+    found = translate(LINES, nbest=1, token_scores=True, alignment="soft", alignment_layer=1, max_new_tokens=10)
+    assert model.config._attn_implementation == "sdpa"  # restored
+    eager = VanillaTransformerForConditionalGeneration.from_pretrained(folders[0], attn_implementation="eager").eval()
+
+    def words(tokens):  # a piece after a space marker starts the next word
+        return [sum(token.startswith("Ġ") for token in tokens[1: n + 1]) for n in range(len(tokens))]
+
+    for line, (hypothesis,) in zip(LINES, found):
+        if not line:
+            assert hypothesis.alignment is None
+            continue
+        source = tokenizer(line)["input_ids"]
+        target = tokenizer.convert_tokens_to_ids(list(hypothesis.tokens))
+        with torch.no_grad():  # one pair alone, no padding: the weights as the model forms them
+            outputs = eager(input_ids=torch.tensor([source]), labels=torch.tensor([target]), output_attentions=True)
+        weights = outputs.cross_attentions[1][0].mean(0)  # heads averaged
+        special = set(tokenizer.all_special_ids)  # </s>, and any special token a random model emits: left out
+        rows, columns = [[k for k, i in enumerate(ids) if i not in special] for ids in (target, source)]
+        source_words = words(tokenizer.convert_ids_to_tokens([source[k] for k in columns]))
+        target_words = words(tokenizer.convert_ids_to_tokens([target[k] for k in rows]))
+        expected = torch.zeros(target_words[-1] + 1, source_words[-1] + 1)
+        for t, target_word in zip(rows, target_words):
+            for s, source_word in zip(columns, source_words):
+                expected[target_word, source_word] += weights[t, s] / target_words.count(target_word)
+        assert torch.allclose(torch.tensor(hypothesis.alignment), expected, atol=1e-5)
+        hard = translate([line], nbest=1, alignment="hard", alignment_layer=1, max_new_tokens=10)[0][0].alignment
+        assert hard == [(int(i), j) for j, i in enumerate(expected.argmax(-1).tolist())]
+
+
+def test_alignment_needs_a_table_format_and_the_torch_backend(folders, lines_file, tmp_path, capsys):
+    base = ["translate", "--input", str(lines_file), "--output", str(tmp_path / "o")]
+    assert "--alignment needs --format tsv or jsonl" in run_main(
+        [*base, "--model", str(folders[0]), "--alignment", "hard", "--format", "text"], capsys)
+    assert run_main([*base, "--model", str(folders[1]), "--backend", "ct2", "--alignment", "hard"], capsys) == (
+        "vanilla-transformer translate: error: --alignment averages the heads of a chosen layer of the PyTorch model: "
+        "--backend ct2 cannot (its export keeps no such attention); use --backend torch\n")
+    main([*base, "--model", str(folders[0]), "--alignment", "hard", "--max-new-tokens", "6"])
+    rows = [line.split("\t") for line in (tmp_path / "o").read_text(encoding="utf-8").split("\n")[:-1]]
+    assert len(rows) == len(LINES) and all(len(row) == 6 for row in rows)
+    assert all(re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", row[5]) for row in rows)

@@ -33,6 +33,12 @@ def hypotheses_arguments(parser: argparse.ArgumentParser) -> None:
                              "with --nbest or --token-scores).")
     parser.add_argument("--token-scores", action="store_true",
                         help="Add each hypothesis' tokens and their log-probabilities (tsv or jsonl).")
+    parser.add_argument("--alignment", choices=("hard", "soft"),
+                        help="Add each hypothesis' word alignment from the encoder-decoder attention (tsv or jsonl): "
+                             "hard, Pharaoh i-j links (source word i, target word j); soft, the word matrix.")
+    parser.add_argument("--alignment-layer", type=int, default=-1, metavar="N",
+                        help="The decoder layer whose attention (heads averaged) aligns, from 0; negative counts "
+                             "from the last (default: -1, the last).")
 
 
 def sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,9 +82,13 @@ def sampling_options(args: argparse.Namespace) -> dict:
 def check_hypotheses_arguments(args: argparse.Namespace) -> None:
     """The n-best flags agree, before any work; `args.format` set to what it defaults to."""
     if args.format is None:
-        args.format = "tsv" if args.nbest is not None or args.token_scores else "text"
-    if args.format == "text" and args.token_scores:
-        raise UserError("--token-scores needs --format tsv or jsonl (text holds the translations only)")
+        args.format = "tsv" if args.nbest is not None or args.token_scores or args.alignment else "text"
+    for flag, given in (("--token-scores", args.token_scores), ("--alignment", args.alignment)):
+        if args.format == "text" and given:
+            raise UserError(f"{flag} needs --format tsv or jsonl (text holds the translations only)")
+    if args.alignment and args.backend != "torch":
+        raise UserError(f"--alignment averages the heads of a chosen layer of the PyTorch model: --backend "
+                        f"{args.backend} cannot (its export keeps no such attention); use --backend torch")
     if args.format == "text" and (args.nbest or 1) > 1:
         raise UserError(f"--nbest {args.nbest} needs --format tsv or jsonl (text holds one translation a line)")
 
@@ -89,6 +99,8 @@ def with_nbest(translate, args: argparse.Namespace):
     from ..inference.hypotheses import TooManyHypothesesError
 
     translate = functools.partial(translate, nbest=args.nbest or 1, token_scores=args.token_scores)
+    if args.alignment:
+        translate = functools.partial(translate, alignment=args.alignment, alignment_layer=args.alignment_layer)
     try:
         translate([])  # no line: the decoding settings alone are resolved and checked
     except TooManyHypothesesError as error:
@@ -106,9 +118,9 @@ def _cell(text: str) -> str:
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
-def hypothesis_lines(number: int, hypotheses, format: str, token_scores: bool) -> str:
-    """The lines of input line `number`'s hypotheses in `format`: tsv or jsonl, one hypothesis a line; text, the best
-    one's translation."""
+def hypothesis_lines(number: int, hypotheses, format: str, token_scores: bool, alignment: bool = False) -> str:
+    """The lines of input line `number`'s hypotheses in `format`: tsv or jsonl, one hypothesis a line, with their
+    tokens' scores and `alignment` when asked; text, the best one's translation."""
     if format == "text":
         return _cell(hypotheses[0].text) + "\n"
     lines = []
@@ -118,14 +130,26 @@ def hypothesis_lines(number: int, hypotheses, format: str, token_scores: bool) -
                           log_probability=hypothesis.log_probability)
             if token_scores:
                 record.update(tokens=list(hypothesis.tokens or ()), token_scores=list(hypothesis.token_scores or ()))
+            if alignment:
+                record.update(alignment=hypothesis.alignment or [])
             lines.append(json.dumps(record, ensure_ascii=False) + "\n")
             continue
         fields = [str(number), str(rank), _number(hypothesis.score), _number(hypothesis.log_probability),
                   _cell(hypothesis.text)]
         if token_scores:
             fields += [" ".join(hypothesis.tokens or ()), " ".join(map(_number, hypothesis.token_scores or ()))]
+        if alignment:
+            fields.append(_alignment_cell(hypothesis.alignment or []))
         lines.append("\t".join(fields) + "\n")
     return "".join(lines)
+
+
+def _alignment_cell(alignment: list) -> str:
+    """Pharaoh links as fairseq and Marian print them (`0-0 1-2`); a soft matrix as Marian prints it, a target word's
+    weights over the source words comma-separated, the target words space-separated."""
+    if alignment and isinstance(alignment[0], tuple):
+        return " ".join(f"{source}-{target}" for source, target in alignment)
+    return " ".join(",".join(f"{weight:.3f}" for weight in row) for row in alignment)
 
 
 def pair_score_line(number: int, score, format: str, token_scores: bool) -> str:

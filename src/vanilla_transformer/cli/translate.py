@@ -151,7 +151,7 @@ def translate_command(argv: list[str]) -> None:
         for number, translation in enumerate(translate_in_chunks(translate, iter_lines(args.input),
                                                                  show_progress=False), start=1):
             file.write(_one_line(translation) if isinstance(translation, str) else
-                       hypothesis_lines(number, translation, args.format, args.token_scores))
+                       hypothesis_lines(number, translation, args.format, args.token_scores, bool(args.alignment)))
             bar.update()
         if prefixes is not None and number != len(prefixes):  # standard input, not counted ahead
             raise UserError(f"{args.target_prefix} has {len(prefixes)} lines but the input has {number}; give one "

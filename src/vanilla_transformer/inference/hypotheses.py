@@ -19,14 +19,16 @@ class Hypothesis:
     `score` ranks it as the search ranked finished hypotheses: log P(Y|X) divided by the length penalty of the
     decoding settings (GNMT's ((5 + |Y|) / 6) ** alpha for section 6.1's decoding, or transformers' |Y| ** alpha; |Y|
     counts `</s>`), the same formula in greedy search. `log_probability` is log P(Y|X) itself. With token scores,
-    `tokens` are Y's subword tokens (`</s>` last) and `token_scores` their log-probabilities. An empty source gives one
-    empty hypothesis, unscored (None)."""
+    `tokens` are Y's subword tokens (`</s>` last) and `token_scores` their log-probabilities. With an alignment,
+    `alignment` holds its Pharaoh links (source word, target word) or its word matrix (`inference.alignment`). An empty
+    source gives one empty hypothesis, unscored (None)."""
 
     text: str
     score: float | None
     log_probability: float | None
     tokens: tuple[str, ...] | None = None
     token_scores: tuple[float, ...] | None = None
+    alignment: list | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def check_nbest(nbest: int | None, num_beams: int | None) -> None:
 
 
 def hypothesis(text: str, tokens: Sequence[str], token_scores: Sequence[float], settings: dict,
-               with_tokens: bool) -> Hypothesis:
+               with_tokens: bool, alignment: list | None = None) -> Hypothesis:
     """The `Hypothesis` of a translation `text` from its `tokens` and their log-probabilities."""
     log_probability = float(sum(token_scores))
     return Hypothesis(
@@ -83,6 +85,7 @@ def hypothesis(text: str, tokens: Sequence[str], token_scores: Sequence[float], 
         log_probability,
         tuple(tokens) if with_tokens else None,
         tuple(float(score) for score in token_scores) if with_tokens else None,
+        alignment,
     )
 
 

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..model.decoding_vanilla_transformer import resolve_decoding_settings
+from .alignment import align
 from .batching import length_sorted_batches
 from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, compiled_decoding
 from .hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
@@ -37,21 +38,24 @@ def translate_lines(
     token_scores: bool = False,
     seed: int | None = None,
     target_prefixes: Sequence[str] | None = None,
+    alignment: str | None = None,
+    alignment_layer: int = -1,
     **generate_kwargs,
 ) -> list[str] | list[list[Hypothesis]]:
     """
     Translate each of `lines` with `model.generate()`, in the order of `lines`. With `nbest` (at most the number of
     beams), each line gives its `nbest` best hypotheses instead, best first, with their scores (`Hypothesis`; with
-    `token_scores`, each token's too): `num_return_sequences` scored by `scoring.token_log_probabilities`.
+    `token_scores`, each token's too): `num_return_sequences` scored by `scoring.token_log_probabilities`; and with
+    `alignment` ("hard" or "soft"), their word alignment from the encoder-decoder attention of decoder layer
+    `alignment_layer` (default: the last, as fairseq's), heads averaged (`alignment.py`).
 
-    Sentences are sorted by tokenized length, longest first (running out of memory then happens at once, not at the
-    end), and cut into batches of at most `batch_size` sentences and, with `max_tokens`, at most that many source
-    tokens, padding included. Empty and whitespace-only lines give "" without reaching the model. A line longer than
-    `warn_length` tokens (default: `tokenizer.model_max_length`) is logged with its line number and still translated
-    whole: sinusoidal positions have no length limit, and truncating would silently lose text. A line past
-    `lines.untranslated_length(tokenizer)` (4 times `model_max_length`), which attention's memory could not hold, gives
-    "" and a warning naming it. `first_line` is the number the report gives `lines[0]` (`translate_in_chunks` passes
-    each chunk's place in the file).
+    Sentences are sorted by tokenized length, longest first (memory runs out at once, if it does), and cut into batches
+    of at most `batch_size` sentences and, with `max_tokens`, at most that many source tokens, padding included. Empty
+    and whitespace-only lines give "" without reaching the model. A line longer than `warn_length` tokens (default:
+    `tokenizer.model_max_length`) is logged with its line number and still translated whole (truncating would silently
+    lose text). A line past `lines.untranslated_length(tokenizer)` (4 times `model_max_length`), which attention's
+    memory could not hold, gives "" and a warning naming it. `first_line` is the number the report gives `lines[0]`
+    (`translate_in_chunks` passes each chunk's place in the file).
 
     `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate()`, else
     the model's generation config decides; `seed` seeds torch first, so that sampling draws the same translations
@@ -59,9 +63,8 @@ def translate_lines(
     runs in eval mode, on its own device; a tqdm bar counts the sentences when `show_progress` (default: when standard
     error is a terminal).
 
-    `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`): sources padded to
-    a multiple of 16 tokens, batches filled up with copies of their first sentence, so that a file compiles one step
-    per length, whose first batch waits for it; translations are those of eager decoding up to rounding.
+    `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`: padded sources,
+    full batches, one compilation per length); translations are those of eager decoding up to rounding.
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
@@ -74,7 +77,7 @@ def translate_lines(
     batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile, prefixes)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
     score = nbest and functools.partial(_hypotheses, model, tokenizer, nbest=nbest, settings=settings,
-                                        with_tokens=token_scores)
+                                        with_tokens=token_scores, alignment=(alignment, alignment_layer))
     for k, output in zip(to_translate, _decode(model, tokenizer, input_ids, prefixes, batches, compile,
                                                show_progress, generate_kwargs, score)):
         translations[k] = output
@@ -148,7 +151,8 @@ def _generate(model, tokenizer, sources: list[list[int]], prefixes, rows: int, c
     return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
 
-def _hypotheses(model, tokenizer, sources, outputs, prefixes, *, nbest: int, settings: dict, with_tokens: bool):
+def _hypotheses(model, tokenizer, sources, outputs, prefixes, *, nbest: int, settings: dict, with_tokens: bool,
+                alignment: tuple):
     """Each of `sources`' `nbest` hypotheses (`outputs`: `generate()`'s sequences, `nbest` a source) as `Hypothesis`
     objects, scored by a teacher-forced pass. After a target prefix, the tokens and scores are the continuation's, as
     beam search ranked it (the prefix is given, not chosen)."""
@@ -157,10 +161,12 @@ def _hypotheses(model, tokenizer, sources, outputs, prefixes, *, nbest: int, set
     repeated = [source for source in sources for _ in range(nbest)]
     given = [len(prefix) for prefix in prefixes for _ in range(nbest)] if prefixes is not None else [0] * len(targets)
     scores = token_log_probabilities(model, repeated, targets)
+    kind, layer = alignment
+    links = align(tokenizer, model, repeated, targets, layer, kind) if kind else [None] * len(targets)
     found = [
         hypothesis(tokenizer.decode(target, skip_special_tokens=True).strip(),
-                   tokenizer.convert_ids_to_tokens(target[cut:]), token_scores[cut:], settings, with_tokens)
-        for target, token_scores, cut in zip(targets, scores, given)
+                   tokenizer.convert_ids_to_tokens(target[cut:]), token_scores[cut:], settings, with_tokens, found)
+        for target, token_scores, cut, found in zip(targets, scores, given, links)
     ]
     return [found[k * nbest: (k + 1) * nbest] for k in range(len(sources))]
 

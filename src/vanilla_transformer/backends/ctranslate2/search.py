@@ -150,6 +150,9 @@ def ct2_translate_lines(
 def _decoding(generation_config: GenerationConfig | None, options: dict, seed, nbest, end_token: str):
     """A call's decoding settings, resolved as `generate()` resolves them (its n-best length checked against its
     beams), and the CTranslate2 search that runs them."""
+    if options.pop("alignment", None) is not None or options.pop("alignment_layer", None) is not None:
+        raise ValueError("alignment averages the heads of a chosen layer of the PyTorch model; the CTranslate2 export "
+                         "keeps no such attention: use the torch backend")
     defaults = generation_config or GenerationConfig(**PAPER_DECODING)
     options = sampling_options(options, defaults, seed)
     settings = resolve_decoding_settings(None, options, defaults=defaults)
