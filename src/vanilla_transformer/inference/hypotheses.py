@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..model.decoding_vanilla_transformer import gnmt_length_penalty
+from .batching import length_sorted_batches
 
 
 @dataclass(frozen=True)
@@ -92,5 +93,21 @@ def hypothesis(text: str, tokens: Sequence[str], token_scores: Sequence[float], 
 EMPTY = Hypothesis("", None, None)
 
 
-__all__ = ["EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError", "check_nbest", "hypothesis",
+def pair_batches(tokenizer, sources: Sequence[str], targets: Sequence[str], batch_size: int, max_tokens: int | None):
+    """What every backend's `score_pairs` does first: the pairs checked (one target a source, positive batch bounds),
+    each side tokenized as training tokenized it (`</s>` appended), and the pairs' indices sorted by the longer side
+    and batched as `translate_lines` batches sources."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one target per source")
+    if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
+        raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
+    if not sources:
+        return [], [], []
+    source_ids = tokenizer([text.strip() for text in sources], verbose=False)["input_ids"]
+    target_ids = tokenizer(text_target=[text.strip() for text in targets], verbose=False)["input_ids"]
+    lengths = [max(len(source), len(target)) for source, target in zip(source_ids, target_ids)]
+    return source_ids, target_ids, length_sorted_batches(lengths, max_tokens, batch_size)
+
+
+__all__ = ["EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError", "check_nbest", "hypothesis", "pair_batches",
            "ranking_score"]

@@ -13,8 +13,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .batching import length_sorted_batches
-from .hypotheses import PairScore
+from .hypotheses import PairScore, pair_batches
 
 
 def token_log_probabilities(
@@ -51,22 +50,14 @@ def score_pairs(
     input order. Pairs are sorted by length and batched as `translate_lines` batches sources (`batch_size` pairs and,
     with `max_tokens`, that many tokens of the longer side at most). Each side is tokenized as training tokenized it,
     `</s>` appended; an empty target is scored as `</s>` alone."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one target per source")
-    if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
-        raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    if not sources:
-        return []
-    source_ids = tokenizer([text.strip() for text in sources], verbose=False)["input_ids"]
-    target_ids = tokenizer(text_target=[text.strip() for text in targets], verbose=False)["input_ids"]
-    lengths = [max(len(source), len(target)) for source, target in zip(source_ids, target_ids)]
+    source_ids, target_ids, batches = pair_batches(tokenizer, sources, targets, batch_size, max_tokens)
     scores: list[PairScore | None] = [None] * len(sources)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
     was_training = model.training
     model.eval()
     try:
         with tqdm(total=len(sources), unit="pair", disable=not show_progress) as bar:
-            for batch in length_sorted_batches(lengths, max_tokens, batch_size):
+            for batch in batches:
                 batch_targets = [target_ids[k] for k in batch]
                 found = token_log_probabilities(model, [source_ids[k] for k in batch], batch_targets)
                 for k, target, token_scores in zip(batch, batch_targets, found):

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from ...inference.batching import length_sorted_batches
-from ...inference.hypotheses import PairScore
+from ...inference.hypotheses import PairScore, pair_batches
 
 
 def ct2_score_pairs(
@@ -25,19 +24,11 @@ def ct2_score_pairs(
     """The log-probability the CTranslate2 `translator` gives each of `targets` as the translation of the source of
     the same index, in input order, batched as `score_pairs` batches them. CTranslate2 appends and scores the `</s>`
     that ends each target, as the model's own pass does."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one target per source")
-    if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
-        raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
-    if not sources:
-        return []
-    source_ids = tokenizer([text.strip() for text in sources], verbose=False)["input_ids"]
-    target_ids = tokenizer(text_target=[text.strip() for text in targets], verbose=False)["input_ids"]
-    lengths = [max(len(source), len(target)) for source, target in zip(source_ids, target_ids)]
+    source_ids, target_ids, batches = pair_batches(tokenizer, sources, targets, batch_size, max_tokens)
     scores: list[PairScore | None] = [None] * len(sources)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
     with tqdm(total=len(sources), unit="pair", disable=not show_progress) as bar:
-        for batch in length_sorted_batches(lengths, max_tokens, batch_size):
+        for batch in batches:
             batch_sources = [tokenizer.convert_ids_to_tokens(source_ids[k]) for k in batch]
             # CTranslate2 appends </s> to each target: the tokenizer's is taken off.
             batch_targets = [tokenizer.convert_ids_to_tokens(target_ids[k])[:-1] for k in batch]
