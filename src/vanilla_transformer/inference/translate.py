@@ -60,11 +60,10 @@ def translate_lines(
     `num_beams` and `generate_kwargs` (`max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate()`, else
     the model's generation config decides; `seed` seeds torch first, so that sampling draws the same translations
     again. `target_prefixes` (one a line, "" for none) start the translations: the search continues them. The model
-    runs in eval mode, on its own device; a tqdm bar counts the sentences when `show_progress` (default: when standard
-    error is a terminal).
+    runs in eval mode, on its own device; a tqdm bar counts sentences when `show_progress` (default: on a terminal).
 
-    `compile=True` decodes with a static cache and a compiled decoding step (`compiled_decoding.py`: padded sources,
-    full batches, one compilation per length); translations are those of eager decoding up to rounding.
+    `compile=True` decodes with a static cache and a compiled decoding step, eager decoding's translations up to
+    rounding (`compiled_decoding.py`: sources padded, batches filled up, one compilation per length).
     """
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
@@ -76,8 +75,9 @@ def translate_lines(
     prefixes = target_prefix_ids(tokenizer, target_prefixes, len(lines), to_translate)
     batches = _batches([len(ids) for ids in input_ids], batch_size, max_tokens, compile, prefixes)
     show_progress = sys.stderr.isatty() if show_progress is None else show_progress
-    score = nbest and functools.partial(_hypotheses, model, tokenizer, nbest=nbest, settings=settings,
-                                        with_tokens=token_scores, alignment=(alignment, alignment_layer))
+    score = None if nbest is None else functools.partial(
+        _hypotheses, model, tokenizer, nbest=nbest, settings=settings, with_tokens=token_scores,
+        alignment=(alignment, alignment_layer))
     for k, output in zip(to_translate, _decode(model, tokenizer, input_ids, prefixes, batches, compile,
                                                show_progress, generate_kwargs, score)):
         translations[k] = output

@@ -98,16 +98,34 @@ class Patience(EarlyStoppingCallback):
 class TrainingProgress(TrainerCallback):
     """How far a run went, for a stop that does not wait for the Trainer (Ctrl-C) to say where it stopped: whether
     training `began`, its last optimizer step done (`step`; None until one is), and whether the trained model was
-    `saved` (set by the command)."""
+    `saved` (set by the command).
+
+    Inside `handling`, Ctrl-C (SIGINT) raises `KeyboardInterrupt` at once, as Python does, and again at the end of the
+    step under way: an interrupt that arrives while the interpreter runs a finalizer (a `__del__`, a weak reference's
+    callback) is printed and dropped there, and training would run on."""
 
     def __init__(self):
-        self.began, self.step, self.saved = False, None, False
+        self.began, self.step, self.saved, self.interrupted = False, None, False, False
+
+    @contextlib.contextmanager
+    def handling(self):
+        former = signal.signal(signal.SIGINT, self.interrupt)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, former)
+
+    def interrupt(self, number, frame):
+        self.interrupted = True
+        raise KeyboardInterrupt
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.began = True
 
     def on_step_end(self, args, state, control, **kwargs):
         self.step = state.global_step
+        if self.interrupted:
+            raise KeyboardInterrupt
 
 
 class SaveOnSignal(TrainerCallback):

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None, profile: RunProfile = PAPER_PROFILE):
         with contextlib.ExitStack() as held:
             if arguments.training.world_size == 1:
                 held.enter_context(preemption.handling())
+                held.enter_context(progress.handling())
             return train(arguments, given, preemption, progress, held)
     except KeyboardInterrupt as interrupt:
         raise KeyboardInterrupt(interruption(arguments.training.output_dir, given, progress)) from interrupt
