@@ -13,6 +13,7 @@ from pathlib import Path
 from ..backends.table import SCORERS
 from ..errors import CommandParser, UserError
 from ..hub.reachability import check_model
+from ..inference.hypotheses import pharaoh
 from ..paths.disk import write_errors
 from ..paths.files import check_input_file, check_output_file
 from ..paths.model_folders import check_tokenizer_fits
@@ -148,7 +149,7 @@ def _alignment_cell(alignment: list) -> str:
     """Pharaoh links as fairseq and Marian print them (`0-0 1-2`); a soft matrix as Marian prints it, a target word's
     weights over the source words comma-separated, the target words space-separated."""
     if alignment and isinstance(alignment[0], tuple):
-        return " ".join(f"{source}-{target}" for source, target in alignment)
+        return pharaoh(alignment)
     return " ".join(",".join(f"{weight:.3f}" for weight in row) for row in alignment)
 
 

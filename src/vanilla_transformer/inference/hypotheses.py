@@ -93,6 +93,11 @@ def hypothesis(text: str, tokens: Sequence[str], token_scores: Sequence[float], 
 EMPTY = Hypothesis("", None, None)
 
 
+def pharaoh(links: Sequence[tuple[int, int]]) -> str:
+    """Alignment links (source word, target word) as fairseq and Marian print them: `0-0 1-2`."""
+    return " ".join(f"{source}-{target}" for source, target in links)
+
+
 def pair_batches(tokenizer, sources: Sequence[str], targets: Sequence[str], batch_size: int, max_tokens: int | None):
     """What every backend's `score_pairs` does first: the pairs checked (one target a source, positive batch bounds),
     each side tokenized as training tokenized it (`</s>` appended), and the pairs' indices sorted by the longer side
@@ -110,4 +115,4 @@ def pair_batches(tokenizer, sources: Sequence[str], targets: Sequence[str], batc
 
 
 __all__ = ["EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError", "check_nbest", "hypothesis", "pair_batches",
-           "ranking_score"]
+           "pharaoh", "ranking_score"]

@@ -19,7 +19,7 @@ from .batching import length_sorted_batches
 from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, compiled_decoding
 from .hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
 from .lines import CHUNK_LINES, target_prefix_ids, tokenize_lines, translate_in_chunks
-from .scoring import token_log_probabilities
+from .scoring import teacher_forced_pass
 
 
 def translate_lines(
@@ -45,7 +45,7 @@ def translate_lines(
     """
     Translate each of `lines` with `model.generate()`, in the order of `lines`. With `nbest` (at most the number of
     beams), each line gives its `nbest` best hypotheses instead, best first, with their scores (`Hypothesis`; with
-    `token_scores`, each token's too): `num_return_sequences` scored by `scoring.token_log_probabilities`; and with
+    `token_scores`, each token's too): `num_return_sequences` scored by `scoring.teacher_forced_pass`; and with
     `alignment` ("hard" or "soft"), their word alignment from the encoder-decoder attention of decoder layer
     `alignment_layer` (default: the last, as fairseq's), heads averaged (`alignment.py`).
 
@@ -160,13 +160,13 @@ def _hypotheses(model, tokenizer, sources, outputs, prefixes, *, nbest: int, set
     targets = [_generated_ids(row, eos, pad) for row in outputs[: len(sources) * nbest]]
     repeated = [source for source in sources for _ in range(nbest)]
     given = [len(prefix) for prefix in prefixes for _ in range(nbest)] if prefixes is not None else [0] * len(targets)
-    scores = token_log_probabilities(model, repeated, targets)
     kind, layer = alignment
-    links = align(tokenizer, model, repeated, targets, layer, kind) if kind else [None] * len(targets)
+    scores, weights = teacher_forced_pass(model, repeated, targets, layer if kind else None)
+    links = align(tokenizer, repeated, targets, weights, kind) if kind else [None] * len(targets)
     found = [
         hypothesis(tokenizer.decode(target, skip_special_tokens=True).strip(),
-                   tokenizer.convert_ids_to_tokens(target[cut:]), token_scores[cut:], settings, with_tokens, found)
-        for target, token_scores, cut, found in zip(targets, scores, given, links)
+                   tokenizer.convert_ids_to_tokens(target[cut:]), token_scores[cut:], settings, with_tokens, aligned)
+        for target, token_scores, cut, aligned in zip(targets, scores, given, links)
     ]
     return [found[k * nbest: (k + 1) * nbest] for k in range(len(sources))]
 
