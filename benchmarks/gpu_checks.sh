@@ -8,10 +8,13 @@
 #    holds every round finished, even if the part runs over its time.
 # 2. examples/multi30k/run.py, the tiny recipe's 8,000 updates with seeds 0, 1 and 2 side by side on the one GPU
 #    (the GPU defaults, sdpa), each averaged, its length penalty chosen on validation, and scored on
-#    test_2016_flickr: sacreBLEU and lowercased Moses-tokenized BLEU; then their mean and range.
+#    test_2016_flickr: sacreBLEU and lowercased Moses-tokenized BLEU; then their mean and range. SEEDS_SIZE=wu2021
+#    runs Wu et al.'s recipe instead (their preparation of the text, epoch checkpoints, patience 10, beam 5; its
+#    results add BLEU on the tokenized text as fairseq computes it), SEEDS the seeds (default "0 1 2").
 #
-# Results in $OUT: environment.txt, recipe_speed_base.md and .json, tiny_seeds.md, tiny_logs.txt and gpu_checks.log.
-# Each part has a time limit, so a part that runs over still leaves the other's results.
+# Results in $OUT: environment.txt, recipe_speed_base.md and .json, SIZE_seeds.md, SIZE_logs.txt, SIZE_first_seed.tar.gz
+# (the first seed's averaged model, its results and training state) and gpu_checks.log, SIZE being SEEDS_SIZE. Each
+# part has a time limit, so a part that runs over still leaves the other's results.
 #
 #     OUT=results bash benchmarks/gpu_checks.sh           # on the GPU machine, from the repository's root
 #     OUT=results bash benchmarks/gpu_checks.sh --smoke   # anywhere, on a CPU: tiny settings, checks the script
@@ -39,6 +42,9 @@ SMOKE=false
 PART=${PART:-all}
 case "$PART" in all|speed|seeds) ;; *) echo "PART must be all, speed or seeds, not '$PART'" >&2; exit 2;; esac
 PYTHON=${PYTHON:-python3}
+SEEDS_SIZE=${SEEDS_SIZE:-tiny}
+case "$SEEDS_SIZE" in tiny|wu2021) ;; *) echo "SEEDS_SIZE must be tiny or wu2021, not '$SEEDS_SIZE'" >&2; exit 2;; esac
+read -r -a SEED_LIST <<< "${SEEDS:-0 1 2}"
 if [[ -z "${DATA:-}" ]]; then
     DATA="$REPO/../shared/data/multi30k"
     [[ -d "$DATA" ]] || DATA="$REPO/shared/data/multi30k"
@@ -62,6 +68,8 @@ if $SMOKE; then
     AFTER="--pad_to_multiple_of 8 --torch_compile_backend eager --dataloader_num_workers 2 \
 --dataloader_persistent_workers true"
     TINY=(--size smoke --use_cpu true)
+    [[ "$SEEDS_SIZE" == tiny ]] || TINY+=(--preparation wu2021 --patience 2 --save_strategy epoch --eval_strategy epoch
+                                    --average-last 2)
 else
     DEVICE=cuda; RECIPE=base; SPEED_LIMIT=${SPEED_LIMIT:-360}; SEEDS_LIMIT=${SEEDS_LIMIT:-360}
     SPEED=(--device cuda --steps 200 --steady-from 60 --rounds 1)
@@ -69,7 +77,7 @@ else
     BEFORE="--pad_to_multiple_of 1 --torch_compile false"
     BUCKETED="--torch_compile false"
     AFTER=""
-    TINY=(--size tiny --use_cpu false --attn_implementation sdpa --eval-steps 2000)
+    TINY=(--size "$SEEDS_SIZE" --use_cpu false --bf16 true --attn_implementation sdpa --eval-steps 2000)
     [[ -z "${TINY_MINUTES:-}" ]] || TINY+=(--max_train_minutes "$TINY_MINUTES")
 fi
 
@@ -103,21 +111,21 @@ if [[ "$PART" != seeds ]]; then
 fi
 
 if [[ "$PART" != speed ]]; then
-    echo "== 2. the tiny recipe, seeds 0, 1, 2 side by side"
+    echo "== 2. the $SEEDS_SIZE recipe, seeds ${SEED_LIST[*]} side by side"
     pids=()
-    for seed in 0 1 2; do
-        timeout "$SEEDS_LIMIT" "$PYTHON" examples/multi30k/run.py --data-dir "$DATA" --output-dir "$WORK/tiny/seed-$seed" \
-            --seed "$seed" "${TINY[@]}" > "$WORK/tiny-$seed.log" 2>&1 &
+    for seed in "${SEED_LIST[@]}"; do
+        timeout "$SEEDS_LIMIT" "$PYTHON" examples/multi30k/run.py --data-dir "$DATA" --output-dir "$WORK/runs/seed-$seed" \
+            --seed "$seed" "${TINY[@]}" > "$WORK/run-$seed.log" 2>&1 &
         pids+=($!)
     done
-    for index in 0 1 2; do
-        wait "${pids[$index]}" || echo "seed $index failed or ran over ($?)"
+    for index in "${!pids[@]}"; do
+        wait "${pids[$index]}" || echo "seed ${SEED_LIST[$index]} failed or ran over ($?)"
     done
-    for seed in 0 1 2; do
+    for seed in "${SEED_LIST[@]}"; do
         echo "--- seed $seed"
-        tail -n 40 "$WORK/tiny-$seed.log"
-    done > "$OUT/tiny_logs.txt"
-    "$PYTHON" - "$WORK/tiny" > "$OUT/tiny_seeds.md" <<'PY'
+        tail -n 60 "$WORK/run-$seed.log"
+    done > "$OUT/${SEEDS_SIZE}_logs.txt"
+    "$PYTHON" - "$WORK/runs" "${#SEED_LIST[@]}" > "$OUT/${SEEDS_SIZE}_seeds.md" <<'PY'
 import importlib.util, json, sys
 from pathlib import Path
 
@@ -128,10 +136,20 @@ runs = [path for path in sorted(Path(sys.argv[1]).glob("seed-*")) if (path / "re
 if runs:
     print(run.seeds_table(runs))
 for path in runs:
-    steps = json.loads((path / "trainer_state.json").read_text())["global_step"]
-    print(f"## {path.name}: {steps} updates\n\n{(path / 'results.md').read_text()}")
-print(f"{len(runs)} of 3 seeds finished")
+    state = json.loads((path / "trainer_state.json").read_text())
+    losses = [(entry["epoch"], entry["eval_loss"]) for entry in state["log_history"] if "eval_loss" in entry]
+    best = min(losses, key=lambda pair: pair[1]) if losses else None
+    print(f"## {path.name}: {state['global_step']} updates, epoch {state.get('epoch', 0):.1f}, "
+          f"best validation loss {best[1]:.4f} at epoch {best[0]:.0f}\n" if best else
+          f"## {path.name}: {state['global_step']} updates\n")
+    print((path / "results.md").read_text())
+print(f"{len(runs)} of {sys.argv[2]} seeds finished")
 PY
-    cat "$OUT/tiny_seeds.md"
+    cat "$OUT/${SEEDS_SIZE}_seeds.md"
+    first="$WORK/runs/seed-${SEED_LIST[0]}"
+    if [[ -d "$first/averaged" ]]; then
+        tar -czf "$OUT/${SEEDS_SIZE}_first_seed.tar.gz" -C "$first" averaged trainer_state.json \
+            $(cd "$first" && ls results.* length_penalty.json 2>/dev/null)
+    fi
 fi
 rm -rf "$WORK"

@@ -9,6 +9,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -265,6 +266,15 @@ def test_gpu_checks_part_must_be_one_it_has(tmp_path):
     assert not (tmp_path / "out" / "gpu_checks.log").exists()
 
 
+def test_gpu_checks_seeds_size_must_be_a_recipe_it_runs(tmp_path):
+    environment = dict(os.environ, OUT=str(tmp_path / "out"), PART="seeds", SEEDS_SIZE="base")
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_checks.sh"), "--smoke"], env=environment,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "SEEDS_SIZE must be tiny or wu2021, not 'base'"
+    assert not (tmp_path / "out" / "gpu_checks.log").exists()
+
+
 @pytest.mark.slow
 def test_gpu_checks_smoke(multi30k, tmp_path):
     """The GPU checks' script with tiny settings on a CPU: every part runs and leaves its results (minutes)."""
@@ -274,14 +284,17 @@ def test_gpu_checks_smoke(multi30k, tmp_path):
                             capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-5000:]
     assert sorted(path.name for path in out.iterdir()) == [
-        "environment.txt", "gpu_checks.log", "recipe_speed_base.json", "recipe_speed_base.md", "tiny_logs.txt",
-        "tiny_seeds.md"]
+        "environment.txt", "gpu_checks.log", "recipe_speed_base.json", "recipe_speed_base.md",
+        "tiny_first_seed.tar.gz", "tiny_logs.txt", "tiny_seeds.md"]
     speed = json.loads((out / "recipe_speed_base.json").read_text())
     assert speed["complete"] and [result["variant"] for result in speed["results"]] == ["before", "after", "bucketed"]
     header, *rows = table_rows((out / "recipe_speed_base.md").read_text())
     assert [row[1] for row in rows] == ["before", "after", "bucketed"]
     seeds = (out / "tiny_seeds.md").read_text()
     assert "3 of 3 seeds finished" in seeds and "| sacreBLEU |" in seeds
+    with tarfile.open(out / "tiny_first_seed.tar.gz") as archive:  # the first seed's averaged model and results
+        names = archive.getnames()
+    assert {"averaged/config.json", "averaged/model.safetensors", "results.md", "trainer_state.json"} <= set(names)
 
 
 @pytest.mark.slow
