@@ -1,4 +1,4 @@
-"""Multi30k English -> German end to end with the package: train with the paper's recipe, average the last
+"""Multi30k English -> German (or any pair of its languages) end to end with the package: train with the paper's recipe, average the last
 checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), draw the plots, write the model card.
 
     python examples/multi30k/run.py --data-dir path/to/multi30k --output-dir runs/multi30k-en-de            # 2 CPU cores
@@ -8,6 +8,7 @@ checkpoints, evaluate on test_2016_flickr (last vs averaged, greedy vs beam 4), 
     python examples/multi30k/run.py ... --lr-scale 0.5     # any `vanilla-transformer train` option overrides the size's
     python examples/multi30k/run.py ... --seeds 0,1,2      # one run per seed, then their mean and range (seeds.md)
     python examples/multi30k/run.py ... --size wu2021      # Wu et al.'s run on their preparation of the text
+    python examples/multi30k/run.py ... --source-lang de --target-lang en  # German -> English
 
 The data folder holds Multi30k task 1 as gzip files (train.{en,de}.gz, val.*, test_2016_flickr.*), read where it is.
 Sizes: "cpu", a scaled-down model trained a fixed number of steps on 2 CPU cores in about an hour (60 minutes as a
@@ -98,6 +99,7 @@ AFTER_TRAINING = {"cpu": dict(PAPER_AFTER_TRAINING, average_last=20, length_pena
 # Moses-tokenized with Moses' escapes (`&apos;`), BLEU then computed on that text as fairseq computes it.
 PREPARATIONS = ("raw", "wu2021")
 SPLITS = ("train", "val", "test_2016_flickr")
+LANGUAGES = {"en": "English", "de": "German", "fr": "French"}  # Multi30k task 1's
 
 
 def flag_value(flags: list[str], name: str, type=str):
@@ -137,7 +139,8 @@ def prepared_data(data: Path, out: Path, limit: int | None) -> Path:
 
 
 def train_run(args, data: Path, limit: int | None):
-    files = {f"{split}.{lang}": data / f"{split}.{lang}.gz" for split in SPLITS for lang in ("en", "de")}
+    source, target = args.source_lang, args.target_lang
+    files = {f"{split}.{lang}": data / f"{split}.{lang}.gz" for split in SPLITS for lang in (source, target)}
     if limit:  # smoke: a slice of the corpus, written next to the run
         sliced = args.output_dir / "data"
         sliced.mkdir(parents=True, exist_ok=True)
@@ -146,20 +149,22 @@ def train_run(args, data: Path, limit: int | None):
             with gzip.open(files[name], "wt", encoding="utf-8") as file:
                 file.write("".join(line + "\n" for line in read_lines(path, limit)))
     train([
-        "--source_file", str(files["train.en"]), "--target_file", str(files["train.de"]),
-        "--validation_source_file", str(files["val.en"]), "--validation_target_file", str(files["val.de"]),
+        "--source_file", str(files[f"train.{source}"]), "--target_file", str(files[f"train.{target}"]),
+        "--validation_source_file", str(files[f"val.{source}"]),
+        "--validation_target_file", str(files[f"val.{target}"]),
         # No test files: the test set is translated after averaging, below, not by `train` with the last weights.
-        "--source_lang", "en", "--target_lang", "de", "--vocab_size", "8000", "--seed", str(args.seed),
+        "--source_lang", source, "--target_lang", target, "--vocab_size", "8000", "--seed", str(args.seed),
         "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps), "--max_eval_samples", "200",
         "--per_device_eval_batch_size", "64", "--output_dir", str(args.output_dir), "--disable_tqdm", "true",
         *args.train_flags,
     ])
 
 
-def evaluate(model_dir: Path, sources: list[str], references: list[str], num_beams: int, **generate_kwargs) -> dict:
+def evaluate(model_dir: Path, sources: list[str], references: list[str], num_beams: int, target_lang: str = "de",
+             **generate_kwargs) -> dict:
     translate = torch_translator(model_dir)  # on CUDA when available
     hypotheses = translate(sources, batch_size=64, num_beams=num_beams, **generate_kwargs)
-    scores = score_translations(hypotheses, references, moses_lang="de")
+    scores = score_translations(hypotheses, references, moses_lang=target_lang)
     return dict(**{key: scores[key] for key in ("bleu", "chrf", "bleu_bp", "bleu_lc_moses", "bleu_signature",
                                                  "chrf_signature", "bleu_lc_moses_signature")},
                 bleu_tokenized=tokenized_bleu(hypotheses, references), hypotheses=hypotheses)
@@ -244,10 +249,13 @@ def run(args, limit: int | None):
     average_checkpoints(checkpoints, averaged, force=True)  # the run's own averaged model, made anew
     smoke_lengths = dict(max_new_tokens=12) if args.size == "smoke" else {}
     smoke_lengths["length_penalty_type"] = args.length_penalty_type  # with the smoke lengths: every beam search's
+    smoke_lengths["target_lang"] = args.target_lang  # and every score's (the Moses tokenizer's language)
+    source, target = args.source_lang, args.target_lang
     (length_penalty, *others), trials = args.length_penalty, []
     if others:  # several candidates: the best on the whole validation set
         length_penalty, trials = choose_length_penalty(
-            averaged, read_lines(args.data_dir / "val.en.gz", limit), read_lines(args.data_dir / "val.de.gz", limit),
+            averaged, read_lines(args.data_dir / f"val.{source}.gz", limit),
+            read_lines(args.data_dir / f"val.{target}.gz", limit),
             args.length_penalty, args.num_beams, **smoke_lengths)
         (run_dir / "length_penalty.json").write_text(json.dumps(dict(chosen=length_penalty, validation=trials),
                                                                 indent=2) + "\n")
@@ -256,8 +264,8 @@ def run(args, limit: int | None):
     generation_config.update(length_penalty=length_penalty, num_beams=args.num_beams,
                              length_penalty_type=args.length_penalty_type)
     generation_config.save_pretrained(averaged)
-    sources = read_lines(args.data_dir / "test_2016_flickr.en.gz", limit)
-    references = read_lines(args.data_dir / "test_2016_flickr.de.gz", limit)
+    sources = read_lines(args.data_dir / f"test_2016_flickr.{source}.gz", limit)
+    references = read_lines(args.data_dir / f"test_2016_flickr.{target}.gz", limit)
     steps = [int(path.name.split("-")[1]) for path in checkpoints]
     rows = []
     averaged_name = f"average of the last {args.average_last} checkpoints (steps {steps[0]}-{steps[-1]})"
@@ -295,8 +303,8 @@ def run(args, limit: int | None):
     by_steps = flag_value(args.train_flags, "--save_strategy") in (None, "steps")  # epoch checkpoints: no curve
     if by_steps and (args.rescore_validation or not any("eval_bleu" in entry for entry in history)):
         validation_bleu = validation_bleu_from_checkpoints(
-            run_dir, read_lines(args.data_dir / "val.en.gz", limit or 200),
-            read_lines(args.data_dir / "val.de.gz", limit or 200), args.eval_steps, args.num_beams,
+            run_dir, read_lines(args.data_dir / f"val.{source}.gz", limit or 200),
+            read_lines(args.data_dir / f"val.{target}.gz", limit or 200), args.eval_steps, args.num_beams,
             length_penalty=length_penalty, **smoke_lengths)
         (run_dir / "validation_bleu.json").write_text(json.dumps(validation_bleu) + "\n")
     plots = run_dir / "plots"
@@ -319,8 +327,8 @@ def run(args, limit: int | None):
                       **{key: best[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")})],
         samples=[dict(source=s, reference=r, hypothesis=h)
                  for s, r, h in list(zip(sources, references, best["hypotheses"]))[:5]],
-        training_data=f"the {len(read_lines(args.data_dir / 'train.en.gz', limit)):,} Multi30k task-1 training "
-                      "pairs (Flickr30k image descriptions, English -> German)"
+        training_data=f"the {len(read_lines(args.data_dir / f'train.{source}.gz', limit)):,} Multi30k task-1 "
+                      f"training pairs (Flickr30k image descriptions, {LANGUAGES[source]} -> {LANGUAGES[target]})"
                       + (", lowercased and Moses-tokenized as Wu et al. (2021) prepared them" if prepared else ""),
         training={"max_tokens": flag_value(args.train_flags, "--max_tokens", int),
                   "bpe_dropout": flag_value(args.train_flags, "--bpe_dropout", float),
@@ -380,6 +388,8 @@ def main(argv=None):
                              "several: the one whose beam-4 translations of the validation set score the highest "
                              "BLEU, each one's scores in length_penalty.json (default: see AFTER_TRAINING).")
     parser.add_argument("--num-beams", type=int, help="Beam size (default: see AFTER_TRAINING).")
+    parser.add_argument("--source-lang", choices=list(LANGUAGES), default="en")
+    parser.add_argument("--target-lang", choices=list(LANGUAGES), default="de")
     parser.add_argument("--preparation", choices=PREPARATIONS,
                         help="raw: Multi30k as it is; wu2021: lowercased and Moses-tokenized as Wu et al.'s files, "
                              "written to OUTPUT_DIR/prepared (default: wu2021 for --size wu2021, else raw).")
