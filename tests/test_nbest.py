@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -388,13 +389,73 @@ def test_alignments_are_the_models_cross_attention_whatever_its_kernel(folders, 
         assert hard == [(int(i), j) for j, i in enumerate(expected.argmax(-1).tolist())]
 
 
-def test_alignment_needs_a_table_format_and_the_torch_backend(folders, lines_file, tmp_path, capsys):
+@pytest.mark.parametrize("layer", [0, -1])
+def test_ctranslate2_aligns_as_the_torch_backend_does(folders, tmp_path, layer):
+    """CTranslate2's `return_attention` of an export that averages a layer's heads, read while each hypothesis is
+    forced as a target prefix, gives the torch backend's alignment of the same hypotheses (n-best, with a prefix)."""
+    ct2_dir = export_ctranslate2(folders[0], tmp_path / "ct2", alignment_layer=layer)
+    assert json.loads((ct2_dir / "config.json").read_text())["exported_alignment"] == dict(
+        decoder_layer=layer % 2, decoder_layers=2, heads="averaged")
+    ours, theirs = BACKENDS["torch"](folders[0], "cpu"), BACKENDS["ct2"](ct2_dir, "cpu")
+    for kind in ("soft", "hard"):
+        for options in (dict(nbest=3), dict(nbest=2, target_prefixes=["", "", SENTENCES[4], "", ""])):
+            mine = ours(LINES, alignment=kind, alignment_layer=layer, **options)
+            other = theirs(LINES, alignment=kind, **options)
+            assert [[h.text for h in found] for found in mine] == [[h.text for h in found] for found in other]
+            for a, b in ((a, b) for found, others in zip(mine, other) for a, b in zip(found, others)):
+                if kind == "hard" or a.alignment is None:
+                    assert a.alignment == b.alignment
+                else:
+                    assert torch.allclose(torch.tensor(a.alignment), torch.tensor(b.alignment), atol=1e-4)
+    assert any(found[0].alignment for found in mine)
+
+
+def test_ctranslate2_refuses_an_alignment_its_export_cannot_give(folders, tmp_path):
+    from vanilla_transformer.inference.hypotheses import AlignmentLayerError, AlignmentUnavailableError
+
+    translate = BACKENDS["ct2"](folders[1], "cpu")  # exported with the default: the last layer
+    with pytest.raises(AlignmentUnavailableError, match="returns decoder layer 1's attention.*not layer 0's"):
+        translate(LINES, nbest=1, alignment="hard", alignment_layer=0)
+    assert translate(LINES[:1], nbest=1, alignment="hard", alignment_layer=-1)[0][0].alignment
+    with pytest.raises(AlignmentLayerError, match="alignment_layer 2 is not a layer of the model's 2-layer decoder"):
+        translate(LINES, nbest=1, alignment="hard", alignment_layer=2)
+    with pytest.raises(AlignmentLayerError):
+        export_ctranslate2(folders[0], tmp_path / "ct2", alignment_layer=-3)
+    old = tmp_path / "old"  # an export that recorded no averaged heads (CTranslate2's default returns one head's)
+    shutil.copytree(folders[1], old)
+    config = json.loads((old / "config.json").read_text())
+    del config["exported_alignment"]
+    (old / "config.json").write_text(json.dumps(config))
+    with pytest.raises(AlignmentUnavailableError, match="keeps no encoder-decoder attention with its heads averaged"):
+        BACKENDS["ct2"](old, "cpu")(LINES, nbest=1, alignment="soft")
+
+
+def test_alignment_flags_refuse_what_they_cannot_do_in_one_line(folders, lines_file, tmp_path, capsys):
     base = ["translate", "--input", str(lines_file), "--output", str(tmp_path / "o")]
+    error = "vanilla-transformer translate: error: "
     assert "--alignment needs --format tsv or jsonl" in run_main(
         [*base, "--model", str(folders[0]), "--alignment", "hard", "--format", "text"], capsys)
-    assert run_main([*base, "--model", str(folders[1]), "--backend", "ct2", "--alignment", "hard"], capsys) == (
-        "vanilla-transformer translate: error: --alignment averages the heads of a chosen layer of the PyTorch model: "
-        "--backend ct2 cannot (its export keeps no such attention); use --backend torch\n")
+    assert run_main([*base, "--model", str(folders[0]), "--alignment-layer", "0"], capsys) == (
+        f"{error}--alignment-layer chooses the layer that --alignment reads: give --alignment hard or soft\n")
+    assert run_main([*base, "--model", str(folders[0]), "--alignment", "hard", "--alignment-layer", "-3"], capsys) == (
+        f"{error}--alignment-layer -3 is not a layer of the model's 2-layer decoder (0 to 1, or -1 to -2 from the "
+        "last)\n")
+    assert run_main([*base, "--model", str(folders[1]), "--backend", "ct2", "--alignment", "hard",
+                     "--alignment-layer", "0"], capsys) == (
+        f"{error}this CTranslate2 export aligns with decoder layer 1 (export-ct2 --alignment-layer chose it): leave "
+        "--alignment-layer out, or export again with --alignment-layer 0\n")
+    assert run_main([*base, "--model", str(folders[0]), "--backend", "onnx", "--alignment", "hard"], capsys) == (
+        f"{error}--alignment reads the encoder-decoder attention, which the ONNX export's decoder does not return: "
+        "use --backend torch or ct2\n")
+    assert not (tmp_path / "o").exists()
+    assert run_main(["export-ct2", "--model", str(folders[0]), "--out", str(tmp_path / "ct2"), "--alignment-layer",
+                     "2"], capsys) == ("vanilla-transformer export-ct2: error: --alignment-layer 2 is not a layer of "
+                                       "the model's 2-layer decoder (0 to 1, or -1 to -2 from the last)\n")
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_alignment_is_written_as_pharaoh_links(folders, lines_file, tmp_path):
+    base = ["translate", "--input", str(lines_file), "--output", str(tmp_path / "o")]
     main([*base, "--model", str(folders[0]), "--alignment", "hard", "--max-new-tokens", "6"])
     rows = [line.split("\t") for line in (tmp_path / "o").read_text(encoding="utf-8").split("\n")[:-1]]
     assert len(rows) == len(LINES) and all(len(row) == 6 for row in rows)

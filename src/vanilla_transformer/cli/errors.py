@@ -15,6 +15,7 @@ from .. import errors
 from ..errors import FolderExistsError, InputTooLongError, NotExportedError, Preempted, TrainingDiverged, UserError
 from ..errors import describe
 from ..extras import MissingExtraError
+from ..inference.hypotheses import AlignmentLayerError, AlignmentUnavailableError
 from ..hub.reachability import is_network_error, network_reason
 from ..paths.files import StandardInputClosedError
 from ..paths.model_folders import ExportFolderError
@@ -36,6 +37,16 @@ def command_line_message(error: BaseException, path: str | os.PathLike | None = 
         message = f"{error}; make one with `vanilla-transformer export-{error.backend}`."
     elif isinstance(error, ExportFolderError):
         message = f"{error}: translate or evaluate it with --backend {error.backend}"
+    elif isinstance(error, AlignmentLayerError):
+        message = (f"--alignment-layer {error.layer} is not a layer of the model's {error.layers}-layer decoder "
+                   f"(0 to {error.layers - 1}, or -1 to -{error.layers} from the last)")
+    elif isinstance(error, AlignmentUnavailableError) and error.exported_layer is None:
+        message = (f"this {error.backend} export keeps no encoder-decoder attention with its heads averaged (it was "
+                   "exported before export-ct2 recorded one): export the model again with export-ct2")
+    elif isinstance(error, AlignmentUnavailableError):
+        message = (f"this {error.backend} export aligns with decoder layer {error.exported_layer} (export-ct2 "
+                   f"--alignment-layer chose it): leave --alignment-layer out, or export again with --alignment-layer "
+                   f"{error.asked_layer}")
     elif isinstance(error, StandardInputClosedError):
         message = f"{error}: pipe the sentences in, or give --input FILE"
     elif isinstance(error, UserError):

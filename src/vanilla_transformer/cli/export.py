@@ -2,6 +2,7 @@
 backend of `translate` and `evaluate` runs."""
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from ..paths.disk import folder_size, write_errors
 from ..errors import CommandParser
 from ..paths.files import check_output_folder
 from ..hub.reachability import check_model
+from ..inference.hypotheses import ALIGNMENT_LAYER, AlignmentLayerError
 from ..paths.model_folders import check_tokenizer_fits
 from .arguments import positive_int
 from .errors import user_errors
@@ -60,7 +62,7 @@ def _write(export, args: argparse.Namespace, quantization: str | None, kind: str
     """`export(model, out, quantization, max_positions, force=...)` on the parsed flags, and the line that says so."""
     # The export's own refusals; OSError: FileExistsError without --force, a folder it cannot write; a full disk is
     # named with the space. Any other exception is a bug and keeps its traceback.
-    with user_errors(ExportSettingsError, UnsupportedModelError, OSError), \
+    with user_errors(ExportSettingsError, UnsupportedModelError, AlignmentLayerError, OSError), \
             write_errors(args.out, _size_written(args, kind)):
         export(args.model, args.out, quantization, args.max_positions, force=args.force)
     print(f"{kind} model written to {args.out}")
@@ -78,10 +80,19 @@ def export_ct2_command(argv: list[str]) -> None:
         choices=ctranslate2.QUANTIZATIONS,
         help="Type of the stored weights (default: float32, as trained).",
     )
+    parser.add_argument(
+        "--alignment-layer",
+        type=int,
+        default=ALIGNMENT_LAYER,
+        metavar="N",
+        help="The decoder layer whose encoder-decoder attention, heads averaged, `translate --alignment` reads, from 0; "
+        f"negative counts from the last (default: {ALIGNMENT_LAYER}). CTranslate2 fixes it in the export.",
+    )
     args = _export_arguments(parser, argv)
     from ..backends.ctranslate2.export import export_ctranslate2
 
-    _write(export_ctranslate2, args, args.quantization, "CTranslate2")
+    export = functools.partial(export_ctranslate2, alignment_layer=args.alignment_layer)
+    _write(export, args, args.quantization, "CTranslate2")
 
 
 def export_onnx_command(argv: list[str]) -> None:

@@ -13,12 +13,12 @@ from pathlib import Path
 from ..backends.table import SCORERS
 from ..errors import CommandParser, UserError
 from ..hub.reachability import check_model
-from ..inference.hypotheses import pharaoh
+from ..inference.hypotheses import ALIGNMENT_LAYER, AlignmentLayerError, AlignmentUnavailableError, pharaoh
 from ..paths.disk import write_errors
 from ..paths.files import check_input_file, check_output_file
 from ..paths.model_folders import check_tokenizer_fits
 from .arguments import device, positive_int
-from .errors import user_errors
+from .errors import command_line_message, user_errors
 
 FORMATS = ("text", "tsv", "jsonl")
 
@@ -37,9 +37,10 @@ def hypotheses_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alignment", choices=("hard", "soft"),
                         help="Add each hypothesis' word alignment from the encoder-decoder attention (tsv or jsonl): "
                              "hard, Pharaoh i-j links (source word i, target word j); soft, the word matrix.")
-    parser.add_argument("--alignment-layer", type=int, default=-1, metavar="N",
-                        help="The decoder layer whose attention (heads averaged) aligns, from 0; negative counts "
-                             "from the last (default: -1, the last).")
+    parser.add_argument("--alignment-layer", type=int, metavar="N",
+                        help="With --alignment: the decoder layer whose attention (heads averaged) aligns, from 0; "
+                             f"negative counts from the last (default: {ALIGNMENT_LAYER}; with --backend ct2, the "
+                             "layer the export chose: export-ct2 --alignment-layer).")
 
 
 def sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,9 +88,11 @@ def check_hypotheses_arguments(args: argparse.Namespace) -> None:
     for flag, given in (("--token-scores", args.token_scores), ("--alignment", args.alignment)):
         if args.format == "text" and given:
             raise UserError(f"{flag} needs --format tsv or jsonl (text holds the translations only)")
-    if args.alignment and args.backend != "torch":
-        raise UserError(f"--alignment averages the heads of a chosen layer of the PyTorch model: --backend "
-                        f"{args.backend} cannot (its export keeps no such attention); use --backend torch")
+    if args.alignment_layer is not None and not args.alignment:
+        raise UserError("--alignment-layer chooses the layer that --alignment reads: give --alignment hard or soft")
+    if args.alignment and args.backend == "onnx":
+        raise UserError("--alignment reads the encoder-decoder attention, which the ONNX export's decoder does not "
+                        "return: use --backend torch or ct2")
     if args.format == "text" and (args.nbest or 1) > 1:
         raise UserError(f"--nbest {args.nbest} needs --format tsv or jsonl (text holds one translation a line)")
 
@@ -107,6 +110,8 @@ def with_nbest(translate, args: argparse.Namespace):
     except TooManyHypothesesError as error:
         raise UserError(f"--nbest {error.nbest} is more than the {error.num_beams} beam(s) of the search: give "
                         f"--num-beams {error.nbest} or more, or a smaller --nbest") from None
+    except (AlignmentLayerError, AlignmentUnavailableError) as error:
+        raise UserError(command_line_message(error)) from None
     return translate
 
 

@@ -93,6 +93,51 @@ def hypothesis(text: str, tokens: Sequence[str], token_scores: Sequence[float], 
 EMPTY = Hypothesis("", None, None)
 
 
+# The decoder layer whose encoder-decoder attention (heads averaged) aligns words by default, counted from 0, negative
+# from the last: fairseq's choice, the last layer (docs/decoding.md measures each layer against eflomal).
+ALIGNMENT_LAYER = -1
+
+
+class AlignmentUnavailableError(ValueError):
+    """An alignment asked of a backend's export that cannot give it: `exported_layer` is the decoder layer whose
+    averaged heads the export returns (None where it returns no such attention), `asked_layer` the layer asked for."""
+
+    def __init__(self, backend: str, exported_layer: int | None, asked_layer: int | None):
+        self.backend, self.exported_layer, self.asked_layer = backend, exported_layer, asked_layer
+        if exported_layer is None:
+            problem = "keeps no encoder-decoder attention with its heads averaged: export the model again"
+        else:
+            problem = (f"returns decoder layer {exported_layer}'s attention, chosen when it was exported, not layer "
+                       f"{asked_layer}'s: export the model again with alignment_layer={asked_layer}, or align with "
+                       f"layer {exported_layer}")
+        super().__init__(f"this {backend} export {problem}")
+
+
+class AlignmentLayerError(ValueError):
+    """An alignment asked of a decoder layer the model does not have (`layer`, of `layers`)."""
+
+    def __init__(self, layer: int, layers: int):
+        self.layer, self.layers = layer, layers
+        super().__init__(f"alignment_layer {layer} is not a layer of the model's {layers}-layer decoder")
+
+
+def alignment_layer_of(alignment: str | None, nbest: int | None, layer: int | None, layers: int) -> int | None:
+    """The decoder layer (from 0) whose attention aligns, for a call that asks for an `alignment` ("hard" or "soft";
+    None: no layer) of its `nbest` hypotheses with `layer` (negative from the last; None: `ALIGNMENT_LAYER`) of a
+    decoder of `layers` layers. A ValueError for an unknown kind, no `nbest` (the hypotheses carry the alignment) or a
+    layer the decoder lacks."""
+    if alignment is None:
+        return None
+    if alignment not in ("hard", "soft"):
+        raise ValueError(f"alignment must be 'hard' or 'soft', not {alignment!r}")
+    if nbest is None:
+        raise ValueError("an alignment belongs to a hypothesis: ask for nbest hypotheses (1 or more)")
+    layer = ALIGNMENT_LAYER if layer is None else layer
+    if not -layers <= layer < layers:
+        raise AlignmentLayerError(layer, layers)
+    return layer % layers
+
+
 def pharaoh(links: Sequence[tuple[int, int]]) -> str:
     """Alignment links (source word, target word) as fairseq and Marian print them: `0-0 1-2`."""
     return " ".join(f"{source}-{target}" for source, target in links)
@@ -114,5 +159,5 @@ def pair_batches(tokenizer, sources: Sequence[str], targets: Sequence[str], batc
     return source_ids, target_ids, length_sorted_batches(lengths, max_tokens, batch_size)
 
 
-__all__ = ["EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError", "check_nbest", "hypothesis", "pair_batches",
-           "pharaoh", "ranking_score"]
+__all__ = ["ALIGNMENT_LAYER", "AlignmentLayerError", "AlignmentUnavailableError", "EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError",
+           "alignment_layer_of", "check_nbest", "hypothesis", "pair_batches", "pharaoh", "ranking_score"]

@@ -17,7 +17,7 @@ from ..model.decoding_vanilla_transformer import resolve_decoding_settings
 from .alignment import align
 from .batching import length_sorted_batches
 from .compiled_decoding import GENERATE_KWARGS, SOURCE_BUCKET, bucket_length, compiled_decoding
-from .hypotheses import EMPTY, Hypothesis, check_nbest, hypothesis
+from .hypotheses import EMPTY, Hypothesis, alignment_layer_of, check_nbest, hypothesis
 from .lines import CHUNK_LINES, target_prefix_ids, tokenize_lines, translate_in_chunks
 from .scoring import teacher_forced_pass
 
@@ -39,15 +39,14 @@ def translate_lines(
     seed: int | None = None,
     target_prefixes: Sequence[str] | None = None,
     alignment: str | None = None,
-    alignment_layer: int = -1,
+    alignment_layer: int | None = None,
     **generate_kwargs,
 ) -> list[str] | list[list[Hypothesis]]:
     """
-    Translate each of `lines` with `model.generate()`, in the order of `lines`. With `nbest` (at most the number of
-    beams), each line gives its `nbest` best hypotheses instead, best first, with their scores (`Hypothesis`; with
-    `token_scores`, each token's too): `num_return_sequences` scored by `scoring.teacher_forced_pass`; and with
-    `alignment` ("hard" or "soft"), their word alignment from the encoder-decoder attention of decoder layer
-    `alignment_layer` (default: the last, as fairseq's), heads averaged (`alignment.py`).
+    Translate each of `lines` with `model.generate()`, in order. With `nbest` (at most the beams), each line gives its
+    `nbest` best hypotheses, best first, with scores (`Hypothesis`; with `token_scores`, each token's), scored by
+    `scoring.teacher_forced_pass`; with `alignment` ("hard" or "soft"), their word alignment from decoder layer
+    `alignment_layer`'s encoder-decoder attention (default `ALIGNMENT_LAYER`), heads averaged (`alignment.py`).
 
     Sentences are sorted by tokenized length, longest first (memory runs out at once, if it does), and cut into batches
     of at most `batch_size` sentences and, with `max_tokens`, at most that many source tokens, padding included. Empty
@@ -68,6 +67,7 @@ def translate_lines(
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
     settings = _decoding_settings(model, generate_kwargs, num_beams, nbest, compile, seed)
+    alignment_layer = alignment_layer_of(alignment, nbest, alignment_layer, model.config.decoder_layers)
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:

@@ -17,7 +17,8 @@ from ...model.modeling_vanilla_transformer import (
 )
 from ...paths.text_files import output_folder
 from .. import ExportSettingsError, UnsupportedModelError
-from . import QUANTIZATIONS
+from ...inference.hypotheses import ALIGNMENT_LAYER, AlignmentLayerError
+from . import EXPORTED_ALIGNMENT, QUANTIZATIONS
 
 
 # transformers activations that CTranslate2 computes the same way: its `common_spec.Activation` of each.
@@ -51,6 +52,7 @@ def export_ctranslate2(
     quantization: str | None = None,
     max_positions: int = 2048,
     force: bool = False,
+    alignment_layer: int = ALIGNMENT_LAYER,
 ) -> Path:
     """
     Convert the saved model in `model_dir` (from train, average or `save_pretrained`, with its tokenizer) into a
@@ -62,7 +64,9 @@ def export_ctranslate2(
     output are each at most `max_positions` tokens long; learned positions keep their table. The one embedding matrix
     is written once: CTranslate2 aliases the encoder, decoder and output projection weights to it. The tokenizer and
     `generation_config.json` are copied, so the folder is all that translation needs. An existing `output_dir` is
-    replaced only with `force`.
+    replaced only with `force`. The attention CTranslate2 returns for word alignment (`return_attention`) is decoder
+    layer `alignment_layer`'s encoder-decoder attention, every head averaged, as the torch backend aligns
+    (`inference.alignment`); the layer is fixed here and recorded in the folder's config.json (`exported_alignment`).
     """
     ctranslate2 = require("ctranslate2", extra="ct2")
     model_dir, output_dir = Path(model_dir), Path(output_dir)
@@ -70,7 +74,7 @@ def export_ctranslate2(
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
-    spec = transformer_spec_of(model, tokenizer, max_positions)
+    spec = transformer_spec_of(model, tokenizer, max_positions, alignment_layer)
 
     class SpecConverter(ctranslate2.converters.Converter):
         """Hands `spec` to CTranslate2's Converter, which validates it, aliases equal weights, quantizes and saves."""
@@ -87,13 +91,20 @@ def export_ctranslate2(
 
 
 def transformer_spec_of(
-    model: VanillaTransformerForConditionalGeneration, tokenizer: PreTrainedTokenizerBase, max_positions: int = 2048
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    max_positions: int = 2048,
+    alignment_layer: int = ALIGNMENT_LAYER,
 ):
-    """The CTranslate2 `TransformerSpec` of `model`, with `tokenizer`'s vocabulary, weights not yet quantized."""
+    """The CTranslate2 `TransformerSpec` of `model`, with `tokenizer`'s vocabulary, weights not yet quantized; its
+    attention for alignment is decoder layer `alignment_layer`'s (negative: from the last), all heads averaged."""
     require("ctranslate2", extra="ct2")
     from ctranslate2.specs import common_spec, transformer_spec
 
     config = model.config
+    layers = config.decoder_layers
+    if not -layers <= alignment_layer < layers:
+        raise AlignmentLayerError(alignment_layer, layers)
     if config.activation_function not in ACTIVATIONS:
         raise UnsupportedModelError(
             f"activation_function={config.activation_function!r} has no CTranslate2 equivalent; exportable "
@@ -119,6 +130,8 @@ def transformer_spec_of(
             config.decoder_attention_heads,
             pre_norm=config.normalize_before,
             activation=activation,
+            alignment_layer=alignment_layer % layers,
+            alignment_heads=0,  # CTranslate2's 0: every head, averaged
             **decoder_head_dim,
         ),
     )
@@ -132,6 +145,9 @@ def transformer_spec_of(
     spec.config.unk_token = tokenizer.unk_token
     spec.config.decoder_start_token = vocabulary[config.decoder_start_token_id]
     spec.config.layer_norm_epsilon = model.model.encoder.layers[0].final_layer_norm.eps
+    # CTranslate2 keeps the alignment settings among the weights; the backend reads them here (search.py).
+    spec.config.add_attribute(EXPORTED_ALIGNMENT, dict(decoder_layer=alignment_layer % layers, decoder_layers=layers,
+                                                       heads="averaged"))
     return spec
 
 

@@ -18,10 +18,11 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, PreTrainedTo
 from ...errors import InputTooLongError, NotExportedError
 from ...extras import require
 from ...inference.batching import length_sorted_batches
-from ...inference.hypotheses import EMPTY, Hypothesis, check_nbest
+from ...inference.hypotheses import EMPTY, AlignmentUnavailableError, Hypothesis, alignment_layer_of, check_nbest
 from ...inference.lines import target_prefix_ids, tokenize_lines
 from ...model.decoding_vanilla_transformer import PAPER_DECODING, gnmt_length_penalty, resolve_decoding_settings
 from ...paths.model_folders import is_model_folder
+from . import EXPORTED_ALIGNMENT
 from .outputs import batch_outputs, sampling_options
 
 
@@ -35,7 +36,19 @@ def ct2_translator(model_dir: str | os.PathLike, device: str | None = None) -> C
         generation_config = GenerationConfig.from_pretrained(model_dir)
     else:
         generation_config = GenerationConfig(**PAPER_DECODING)
-    return functools.partial(ct2_translate_lines, translator, tokenizer, generation_config=generation_config)
+    return functools.partial(ct2_translate_lines, translator, tokenizer, generation_config=generation_config,
+                             exported_alignment=exported_alignment(model_dir))
+
+
+def exported_alignment(model_dir: Path) -> dict | None:
+    """The attention for alignment that the export `model_dir` returns, as `export.py` recorded it in config.json
+    (decoder_layer, decoder_layers); None for an export without it (CTranslate2's default returns one head's)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = config.get(EXPORTED_ALIGNMENT) if isinstance(config, dict) else None
+    return found if isinstance(found, dict) and found.get("heads") == "averaged" else None
 
 
 def load_translator(model_dir: str | os.PathLike, device: str | None = None):
@@ -100,21 +113,24 @@ def ct2_translate_lines(
     token_scores: bool = False,
     seed: int | None = None,
     target_prefixes: Sequence[str] | None = None,
+    alignment: str | None = None,
+    alignment_layer: int | None = None,
+    exported_alignment: dict | None = None,
     **options,
 ) -> list[str] | list[list[Hypothesis]]:
     r"""
     Translate each of `lines` with a `ctranslate2.Translator`, batched as `translate_lines` does for `generate()`
     (sorted by length, `batch_size` sentences and `max_tokens` tokens at most, empty lines give "", long lines reported
-    with their number counted from `first_line`); the translations come back in input order. `nbest` and
-    `token_scores` give hypotheses with scores as `translate_lines` does (`outputs.py`). `target_prefixes` start the
+    numbered from `first_line`), in input order. `nbest` and `token_scores` give scored hypotheses as `translate_lines`
+    does (`outputs.py`); `alignment` aligns them from the attention CTranslate2 returns, the layer the export chose
+    (`exported_alignment`, bound by `ct2_translator`; `alignment_layer` must be it). `target_prefixes` start the
     translations (CTranslate2's `target_prefix`; its beam search then stops and ranks as CTranslate2 does).
 
     The decoding settings of `generate()` are read as it reads them: from `options`, else from `generation_config`
     (the exported model's; section 6.1's when missing):
 
     - `num_beams` (4 in the paper): CTranslate2's `beam_size`; other `options` go to `Translator.translate_batch`.
-    - `do_sample` with `top_k`, `top_p` and `temperature`: CTranslate2's random sampling (`sampling_topk`, ...), drawn
-      from CTranslate2's generator seeded with `seed`.
+    - `do_sample`, `top_k`, `top_p`, `temperature`: CTranslate2's sampling (`sampling_topk`, ...), seeded with `seed`.
     - `length_penalty` (alpha, 0.6) and `length_penalty_type`: CTranslate2's own penalty is transformers' formula,
       finished hypotheses ranked by `log P(Y|X) / |Y|^alpha` (`"transformers"`; `|Y|` counts `</s>`). With `"gnmt"`
       (the paper's) the hypotheses CTranslate2's search finished are re-ranked by `log P(Y|X) / ((5 + |Y|) / 6)^alpha`.
@@ -130,35 +146,51 @@ def ct2_translate_lines(
     if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(f"batch_size ({batch_size}) and max_tokens ({max_tokens}) must be positive")
     settings, search = _decoding(generation_config, options, seed, nbest, tokenizer.eos_token)
+    _check_alignment(alignment, nbest, alignment_layer, exported_alignment)
     translations, to_translate, input_ids = tokenize_lines(tokenizer, lines, warn_length, first_line)
     translations = translations if nbest is None else [[EMPTY] for _ in translations]
     if not to_translate:
         return translations
     prefixes = target_prefix_ids(tokenizer, target_prefixes, len(lines), to_translate)
     batches = ct2_batches([len(ids) for ids in input_ids], settings, batch_size, max_tokens, prefixes)
-    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
-    with tqdm(total=len(to_translate), unit="sentence", disable=not show_progress) as bar:
-        for batch, max_length in batches:
-            ids = [input_ids[k] for k in batch], None if prefixes is None else [prefixes[k] for k in batch]
-            found = batch_outputs(translator, tokenizer, search, *ids, max_length, nbest, settings, token_scores)
-            for k, output in zip(batch, found):
-                translations[to_translate[k]] = output
-            bar.update(len(batch))
+    outputs = functools.partial(batch_outputs, translator, tokenizer, search, nbest=nbest, settings=settings,
+                                token_scores=token_scores, alignment=alignment)
+    for k, output in _decode(outputs, input_ids, prefixes, batches, show_progress):
+        translations[to_translate[k]] = output
     return translations
+
+
+def _decode(outputs, input_ids, prefixes, batches, show_progress: bool | None):
+    """(k, output) for each of `input_ids` (after its target prefix, if any), batch by batch (`ct2_batches`), `outputs`
+    giving a batch's outputs; a tqdm bar counts sentences when `show_progress` (default: on a terminal)."""
+    show_progress = sys.stderr.isatty() if show_progress is None else show_progress
+    with tqdm(total=len(input_ids), unit="sentence", disable=not show_progress) as bar:
+        for batch, max_length in batches:
+            sources, starts = [input_ids[k] for k in batch], None if prefixes is None else [prefixes[k] for k in batch]
+            yield from zip(batch, outputs(sources, starts, max_length))
+            bar.update(len(batch))
 
 
 def _decoding(generation_config: GenerationConfig | None, options: dict, seed, nbest, end_token: str):
     """A call's decoding settings, resolved as `generate()` resolves them (its n-best length checked against its
     beams), and the CTranslate2 search that runs them."""
-    if options.pop("alignment", None) is not None or options.pop("alignment_layer", None) is not None:
-        raise ValueError("alignment averages the heads of a chosen layer of the PyTorch model; the CTranslate2 export "
-                         "keeps no such attention: use the torch backend")
     defaults = generation_config or GenerationConfig(**PAPER_DECODING)
     options = sampling_options(options, defaults, seed)
     settings = resolve_decoding_settings(None, options, defaults=defaults)
     options = {name: value for name, value in options.items() if name not in DECODING_SETTINGS}
     check_nbest(nbest, settings["num_beams"])
     return settings, ct2_search(settings, options, end_token, nbest or 1)
+
+
+def _check_alignment(alignment: str | None, nbest: int | None, layer: int | None, exported: dict | None) -> None:
+    """An `alignment` the export can give: asked of hypotheses, of the layer it was exported to align with."""
+    if alignment is None:
+        return
+    if exported is None:
+        raise AlignmentUnavailableError("CTranslate2", None, layer)
+    asked = exported["decoder_layer"] if layer is None else layer  # by default, the exported layer
+    if alignment_layer_of(alignment, nbest, asked, exported["decoder_layers"]) != exported["decoder_layer"]:
+        raise AlignmentUnavailableError("CTranslate2", exported["decoder_layer"], layer)
 
 
 def ct2_search(settings: dict, options: dict, end_token: str, nbest: int = 1) -> "Ct2Search":
