@@ -39,8 +39,13 @@ SAMPLING = ["--sampling", "--top-k", "10"]
 
 
 def write_lines(path: Path, lines: list[str]):
-    with gzip.open(path, "wt", encoding="utf-8") as file:
-        file.write("".join(line + "\n" for line in lines))
+    """`lines` as the gzip file `path`, unless it exists (a continued run keeps the files its trainings read)."""
+    if path.exists():
+        return
+    partial = path.with_name(path.name + ".partial")
+    with gzip.GzipFile(partial, "wb", mtime=0) as file:  # the same lines, the same bytes
+        file.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    partial.replace(path)
 
 
 def split_corpus(data: Path, out: Path, limit: int | None) -> tuple[Path, Path]:
@@ -83,7 +88,8 @@ def with_synthetic(real_half: Path, synthetic: Path, monolingual: Path, out: Pat
     for lang in (SOURCE, TARGET):
         write_lines(folder / f"train.{lang}.gz", recipe.read_lines(real_half / f"train.{lang}.gz") + added[lang])
         for split in recipe.SPLITS[1:]:
-            shutil.copyfile(real_half / f"{split}.{lang}.gz", folder / f"{split}.{lang}.gz")
+            if not (folder / f"{split}.{lang}.gz").exists():
+                shutil.copyfile(real_half / f"{split}.{lang}.gz", folder / f"{split}.{lang}.gz")
     return folder
 
 
