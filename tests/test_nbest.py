@@ -18,7 +18,7 @@ pytest.importorskip("ctranslate2")
 
 from test_ctranslate2 import SENTENCES, log_probs, saved_model, tokenizer  # noqa: E402,F401 (a fixture)
 
-from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2  # noqa: E402
 from vanilla_transformer.backends.table import BACKENDS, SCORERS  # noqa: E402
 from vanilla_transformer.cli.main import main  # noqa: E402
@@ -354,6 +354,67 @@ def test_pieces_merge_into_whitespace_words_and_the_strongest_link_wins():
     matrix = word_alignment(attention, [0, 1, 1, 2], [0, 1, 1, 2])
     assert torch.allclose(matrix, torch.tensor([[0.7, 0.2, 0.1], [0.05, 0.15, 0.8], [0.0, 0.9, 0.1]]))
     assert pharaoh(hard_links(matrix)) == "0-0 2-1 1-2"
+
+
+def known_attention_model(folder, tokenizer, start: int):  # noqa: F811
+    """A hand-built model whose encoder-decoder attention is known (saved in `folder`): every sublayer's output is zero
+    (out_proj, fc2), so each position's state is its token's embedding normalised (section 3.1's residual connection
+    and LayerNorm), with no positions; each used token's embedding is its own basis vector; one head, whose query
+    projection is 20 times the identity and key projection the identity. A decoder position holding token a then
+    attends to the source positions holding a (shared equally, to 1e-6). The decoder starts with token `start`."""
+    config = VanillaTransformerConfig.from_preset(
+        "tiny", d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=1, decoder_attention_heads=1,
+        position_embedding_type="learned", max_position_embeddings=64, dropout=0.0, vocab_size=len(tokenizer),
+        decoder_start_token_id=start)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for stack in (model.model.encoder, model.model.decoder):
+            stack.embed_positions.weight.zero_()
+            for layer in stack.layers:
+                for attention in filter(None, (layer.self_attn, getattr(layer, "encoder_attn", None))):
+                    attention.out_proj.weight.zero_()
+                layer.fc2.weight.zero_()
+                layer.fc2.bias.zero_()
+        cross = model.model.decoder.layers[0].encoder_attn
+        cross.q_proj.weight.copy_(20 * torch.eye(64))
+        cross.k_proj.weight.copy_(torch.eye(64))
+        model.model.shared.weight.copy_(torch.eye(len(tokenizer), 64)[torch.arange(len(tokenizer)) % 64])
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def test_a_model_whose_cross_attention_is_known_gives_the_expected_links(tokenizer, tmp_path):  # noqa: F811
+    from vanilla_transformer.backends.ctranslate2.outputs import _alignments
+    from vanilla_transformer.inference.alignment import align, word_alignment, word_indices
+    from vanilla_transformer.inference.scoring import teacher_forced_pass
+
+    source = tokenizer("Two dogs play in the snow")["input_ids"]  # T w o | Ġdog s | Ġplay | Ġin | Ġthe | Ġs n o w
+    # A translation: Ġplay | Ġthe | Ġs n o w, then </s>.
+    target = tokenizer.convert_tokens_to_ids(["Ġplay", "Ġthe", "Ġs", "n", "o", "w", "</s>"])
+    assert len(set(source + target) - {tokenizer.eos_token_id}) < 64  # each used token its own basis vector
+    model = known_attention_model(tmp_path / "model", tokenizer, start=source[0])
+    # The row of target token t is the attention of the decoder position holding token t - 1 (the start token for
+    # t = 0): spread equally over the source positions that hold that token.
+    inputs = [source[0], *target[:-1]]
+    expected = torch.tensor([[float(token == held) for token in source] for held in inputs])
+    expected /= expected.sum(-1, keepdim=True)
+    _, weights = teacher_forced_pass(model, [source], [target], attention_layer=0)
+    assert torch.allclose(weights[0], expected, atol=1e-6)
+    # The word matrix and links of those rows, computed here from the construction alone.
+    pieces = tokenizer.convert_ids_to_tokens
+    words = word_alignment(expected[:-1, :-1], word_indices(pieces(source[:-1])), word_indices(pieces(target[:-1])))
+    links = [(int(s), t) for t, s in enumerate(words.argmax(-1).tolist())]
+    # Source words Two dogs play in the snow = 0-5. play <- T (the start): Two; the <- play: play; s n o w <- the, s,
+    # n, o (o in "Two" and "snow" alike): snow, 2.5 of 4 rows.
+    assert links == [(0, 0), (2, 1), (5, 2)]
+    assert align(tokenizer, [source], [target], weights, "hard") == [links]
+    assert torch.allclose(torch.tensor(align(tokenizer, [source], [target], weights, "soft")[0]), words, atol=1e-6)
+    # CTranslate2's attention of the same model, exported, read as the ct2 backend reads it.
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(export_ctranslate2(tmp_path / "model", tmp_path / "ct2", alignment_layer=0)))
+    assert _alignments(translator, tokenizer, [pieces(source)], [pieces(target)], "hard") == [links]
 
 
 def test_alignments_are_the_models_cross_attention_whatever_its_kernel(folders, backends, tokenizer):  # noqa: F811
