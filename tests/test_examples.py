@@ -206,3 +206,51 @@ def test_wu2021_size_is_their_run():
     assert {name: recipe["flag_value"](flags, name, type(value)) for name, value in wanted.items()} == wanted
     assert recipe["AFTER_TRAINING"]["wu2021"] == dict(average_last=10, length_penalty=recipe["LENGTH_PENALTIES"],
                                                       num_beams=5, length_penalty_type="transformers")
+
+
+# --- Back-translation and alignment against eflomal -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_back_translation_runs_each_step_and_continues_where_it_stopped(multi30k_like, tmp_path, capsys):
+    script = runpy.run_path(str(EXAMPLES / "multi30k" / "back_translation.py"))
+    out = tmp_path / "bt"
+    flags = ["--data-dir", str(multi30k_like), "--output-dir", str(out), "--size", "smoke", "--seeds", "0"]
+    script["main"](flags)
+    table = (out / "back_translation.md").read_text()
+    assert capsys.readouterr().out.endswith(table)
+    real = [line.split(" | ") for line in table.splitlines() if line.startswith("| real-half")]
+    synthetic = [line.split(" | ") for line in table.splitlines() if line.startswith("| with-synthetic")]
+    assert len(real) == len(synthetic) == 1 and real[0][2] == synthetic[0][2] == "6"  # the same updates
+    sampled = (out / "synthetic.en").read_text(encoding="utf-8").splitlines()
+    monolingual = gzip.open(out / "monolingual.de.gz", "rt", encoding="utf-8").read().splitlines()
+    assert len(sampled) == len(monolingual) == 20  # the second half of the smoke's 40 pairs
+    with gzip.open(out / "data" / "with-synthetic" / "train.de.gz", "rt", encoding="utf-8") as file:
+        assert len(file.read().splitlines()) == 20 + sum(1 for line in sampled if line.strip())
+    # Run again: every step's output is there, so nothing is trained again and the table is the same.
+    files = {path: path.stat().st_mtime_ns for path in out.rglob("*.safetensors")}
+    script["main"](flags)
+    assert (out / "back_translation.md").read_text() == table
+    assert {path: path.stat().st_mtime_ns for path in out.rglob("*.safetensors")} == files
+
+
+def test_grow_diag_final_and_symmetrises_as_moses_does():
+    script = runpy.run_path(str(EXAMPLES / "multi30k" / "alignment_vs_eflomal.py"))
+    # forward: each target word to one source word; reverse: each source word to one target word.
+    forward = {(0, 0), (1, 1), (3, 2), (3, 3)}
+    reverse = {(0, 0), (1, 1), (2, 1), (3, 3)}
+    # Intersection {0-0, 1-1, 3-3}; grow-diag adds 2-1 (next to 1-1, source word 2 unaligned) and 3-2 (next to 3-3,
+    # target word 2 unaligned).
+    assert script["grow_diag_final_and"](forward, reverse) == {(0, 0), (1, 1), (2, 1), (3, 2), (3, 3)}
+    # final-and: a union link both of whose words are unaligned joins; one whose words are both aligned does not.
+    assert script["grow_diag_final_and"]({(0, 0), (5, 5)}, {(0, 0)}) == {(0, 0), (5, 5)}
+    assert script["grow_diag_final_and"]({(0, 0), (1, 1)}, {(0, 0), (1, 1), (0, 1)}) == {(0, 0), (1, 1)}
+
+
+def test_alignment_agreement_is_precision_recall_and_aer():
+    script = runpy.run_path(str(EXAMPLES / "multi30k" / "alignment_vs_eflomal.py"))
+    ours = [{(0, 0), (1, 1), (2, 1)}, {(0, 0)}]
+    reference = [{(0, 0), (1, 1)}, {(0, 0), (1, 1)}]
+    found = script["agreement"](ours, reference)
+    assert found["precision"] == pytest.approx(3 / 4) and found["recall"] == pytest.approx(3 / 4)
+    assert found["aer"] == pytest.approx(1 - 2 * 3 / (4 + 4)) and found["links"] == 4

@@ -67,7 +67,10 @@ def split_corpus(data: Path, out: Path, limit: int | None) -> tuple[Path, Path]:
 def back_translate(model: Path, monolingual: Path, out: Path, seed: int) -> Path:
     """The German of `monolingual` translated into English by `model` with sampling, through the installed command."""
     synthetic = out / "synthetic.en"
-    command = shutil.which("vanilla-transformer") or sys.exit("the vanilla-transformer command is not on PATH")
+    beside = Path(sys.executable).with_name("vanilla-transformer")  # this environment's, else the one on PATH
+    command = str(beside) if beside.is_file() else shutil.which("vanilla-transformer")
+    if command is None:
+        sys.exit("back_translation.py: the vanilla-transformer command is neither beside this Python nor on PATH")
     partial = synthetic.with_suffix(".partial")
     subprocess.run([command, "translate", "--model", str(model), "--input", str(monolingual), "--output",
                     str(partial), "--batch-size", "64", *SAMPLING, "--seed", str(seed)], check=True)
