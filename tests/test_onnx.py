@@ -284,6 +284,8 @@ def test_onnx_gives_the_torch_backends_nbest_lists_and_pair_scores(onnx_dir, tra
         assert [h.score for h in other if h.score is not None] == pytest.approx(
             [h.score for h in mine if h.score is not None], abs=1e-3)
         assert [h.tokens for h in other] == [h.tokens for h in mine]
+    with pytest.raises(ValueError, match="the ONNX export's decoder returns no attention to align with"):
+        BACKENDS["onnx"](onnx_dir, "cpu")(lines, nbest=1, alignment="hard")
     targets = [french(n) for n in (7, 45, 678, 4321)] + [""]
     pair_scores = [SCORERS[name](folder, "cpu")(lines, targets) for name, folder in
                    (("torch", trained_dir), ("onnx", onnx_dir))]

@@ -57,7 +57,14 @@ def onnx_translator(model_dir: PathLike, device: str | None = None) -> Translato
     CPU), as `translate_lines` bound to its model and tokenizer: the torch backend's batching and `generate()`."""
     from ..inference.translate import translate_lines
 
-    return functools.partial(translate_lines, *_onnx_model(model_dir, device))
+    return functools.partial(_without_alignment, functools.partial(translate_lines, *_onnx_model(model_dir, device)))
+
+
+def _without_alignment(translate, lines, *, alignment: str | None = None, alignment_layer: int | None = None, **options):
+    """`translate(lines, **options)`, an `alignment` refused: the ONNX export's decoder returns no attention."""
+    if alignment is not None:
+        raise ValueError("the ONNX export's decoder returns no attention to align with: use the torch or ct2 backend")
+    return translate(lines, **options)
 
 
 def _onnx_model(model_dir: PathLike, device: str | None):
