@@ -89,6 +89,25 @@ def test_ctranslate2_gives_the_same_nbest_list_and_scores(backends, settings):
             assert a.token_scores == pytest.approx(b.token_scores, abs=1e-3)
 
 
+def test_nbest_scores_are_ctranslate2s_own_return_scores(folders, backends, tokenizer):  # noqa: F811
+    """Under transformers' length penalty, log P(Y|X) / |Y|^alpha (|Y| counting `</s>`), and early stopping at the
+    beams' count, CTranslate2's search is that search: its own `return_scores` are the torch backend's scores."""
+    import ctranslate2
+
+    settings = dict(num_beams=3, length_penalty_type="transformers", length_penalty=1.0, early_stopping=True,
+                    max_new_tokens=12)
+    ours = backends[0](LINES, nbest=3, **settings)
+    translator = ctranslate2.Translator(str(folders[1]))
+    sources = [tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"]) for line in LINES if line]
+    theirs = translator.translate_batch(sources, beam_size=3, num_hypotheses=3, return_scores=True, length_penalty=1.0,
+                                       return_end_token=True, max_decoding_length=12, max_input_length=0)
+    for found, result in zip([found for line, found in zip(LINES, ours) if line], theirs):
+        texts = [tokenizer.convert_tokens_to_string([t for t in tokens if t != "</s>"]).strip()
+                 for tokens in result.hypotheses]
+        assert [h.text for h in found] == texts
+        assert [h.score for h in found] == pytest.approx(result.scores, abs=1e-3)
+
+
 def test_the_best_of_the_nbest_list_is_the_translation(backends):
     for translate in backends:
         assert [found[0].text for found in translate(LINES, nbest=2)] == translate(LINES)
