@@ -254,3 +254,46 @@ def test_alignment_agreement_is_precision_recall_and_aer():
     found = script["agreement"](ours, reference)
     assert found["precision"] == pytest.approx(3 / 4) and found["recall"] == pytest.approx(3 / 4)
     assert found["aer"] == pytest.approx(1 - 2 * 3 / (4 + 4)) and found["links"] == 4
+
+
+def test_alignment_vs_eflomal_scores_every_layer_against_the_reference(tokenizer, tmp_path, capsys):
+    """The script end to end on a random model, eflomal replaced by a reference of diagonal links: a row per decoder
+    layer, one hard link per target word, and the scores of those links against the diagonal, counted here."""
+    import torch
+    from conftest import tiny_config_for
+
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    script = runpy.run_path(str(EXAMPLES / "multi30k" / "alignment_vs_eflomal.py"))
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(tiny_config_for(tokenizer, dropout=0.0)).eval()
+    model.generation_config.max_new_tokens = 8
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, lines in (("train", ["one", "two"]), ("test_2016_flickr", ["three hundred", "", "forty-two", "seven"])):
+        for lang in ("en", "fr"):
+            with gzip.open(data / f"{split}.{lang}.gz", "wt", encoding="utf-8") as file:
+                file.write("".join(line + "\n" for line in lines))
+    seen = {}
+
+    def diagonal(sources, translations, train):
+        seen.update(sources=sources, translations=translations)
+        return [{(i, i) for i in range(min(len(s.split()), len(t.split())))} for s, t in zip(sources, translations)]
+
+    script["main"].__globals__["eflomal_links"] = diagonal
+    script["main"](["--model", str(tmp_path / "model"), "--data-dir", str(data), "--target-lang", "fr",
+                    "--out", str(tmp_path / "table.md")])
+    table = (tmp_path / "table.md").read_text()
+    assert capsys.readouterr().out == table
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row[0] for row in rows] == ["| 0", "| 1 (last)"]
+    target_words = sum(len(translation.split()) for translation in seen["translations"])
+    reference = diagonal(seen["sources"], seen["translations"], None)
+    for row in rows:
+        assert int(row[4].rstrip(" |").replace(",", "")) == target_words  # one link a target word
+        precision, recall = float(row[1]), float(row[2])
+        f1 = 2 * precision * recall / (precision + recall) if precision else 0.0
+        assert float(row[3]) == pytest.approx(1 - f1, abs=2e-3)
+        assert recall == pytest.approx(precision * target_words / sum(map(len, reference)), abs=2e-3)

@@ -19,6 +19,9 @@ from pathlib import Path
 
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from vanilla_transformer.inference.alignment import align
+from vanilla_transformer.inference.hypotheses import alignment_layer_of
+from vanilla_transformer.inference.scoring import teacher_forced_pass
 from vanilla_transformer.inference.translate import translate_lines
 from vanilla_transformer.paths import text_files
 
@@ -76,6 +79,20 @@ def eflomal_links(sources: list[str], targets: list[str], train: tuple[list[str]
                 for (f, r), target in zip(pairs, targets)]
 
 
+def layer_links(model, tokenizer, sources: list[str], found: list, layer: int, batch_size: int = 64) -> list[set]:
+    """The hard links of each hypothesis in `found` (one a source) from decoder layer `layer`'s attention."""
+    links = []
+    for start in range(0, len(sources), batch_size):
+        batch = [(tokenizer(source)["input_ids"], tokenizer.convert_tokens_to_ids(list(hypothesis.tokens)))
+                 for source, hypothesis in zip(sources[start: start + batch_size], found[start: start + batch_size])
+                 if hypothesis.tokens]
+        source_ids, target_ids = [pair[0] for pair in batch], [pair[1] for pair in batch]
+        _, weights = teacher_forced_pass(model, source_ids, target_ids, attention_layer=layer)
+        aligned = iter(align(tokenizer, source_ids, target_ids, weights, "hard"))
+        links += [set(next(aligned)) if hypothesis.tokens else set() for hypothesis in found[start: start + batch_size]]
+    return links
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="An English -> German model folder.")
@@ -88,15 +105,18 @@ def main(argv=None):
     sources = text_files.read_lines(args.data_dir / f"test_2016_flickr.{source}.gz")
     train = tuple(text_files.read_lines(args.data_dir / f"train.{lang}.gz") for lang in (source, target))
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
-    rows, reference, translations = [], None, None
+    # One decoding, aligned with the default layer as `translate --alignment hard` aligns; every layer's links from
+    # the same functions on its hypotheses (the teacher-forced pass, its heads averaged, merged into words).
+    found = [best for best, *_ in translate_lines(model, tokenizer, sources, batch_size=64, nbest=1, token_scores=True,
+                                                  alignment="hard")]
+    translations = [hypothesis.text for hypothesis in found]
+    reference = eflomal_links(sources, translations, train)
+    rows = []
     for layer in range(model.config.decoder_layers):
-        found = [best for best, *_ in translate_lines(model, tokenizer, sources, batch_size=64, nbest=1,
-                                                      alignment="hard", alignment_layer=layer)]
-        if reference is None:
-            translations = [hypothesis.text for hypothesis in found]
-            reference = eflomal_links(sources, translations, train)
-        assert translations == [hypothesis.text for hypothesis in found]  # one decoding, whatever the layer
-        rows.append(dict(layer=layer, **agreement([set(h.alignment or []) for h in found], reference)))
+        links = layer_links(model, tokenizer, sources, found, layer)
+        if layer == alignment_layer_of("hard", 1, None, model.config.decoder_layers):
+            assert links == [set(hypothesis.alignment or []) for hypothesis in found]
+        rows.append(dict(layer=layer, **agreement(links, reference)))
         print(f"layer {layer}: AER {rows[-1]['aer']:.3f}", file=sys.stderr, flush=True)
     table = ["| decoder layer | precision | recall | AER | links |", "| --- | --- | --- | --- | --- |"]
     table += [f"| {row['layer']}{' (last)' if row['layer'] == len(rows) - 1 else ''} | {row['precision']:.3f} | "
