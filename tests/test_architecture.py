@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 
 # The layers, bottom first: a module imports only from its own layer and the layers below it. "" is the bottom
 # layer: the plain modules directly in the package folder (errors, file checks, extras) that every folder may use.
-LAYERS = ("", "paths", "model", "hub", "inference", "backends", "training", "train_run", "demo", "cli")
+LAYERS = ("", "paths", "model", "hub", "inference", "backends", "training", "train_run", "demo", "web", "cli")
 # The package's own __init__.py (the public API) imports the model only.
 PACKAGE_INIT_MAY_IMPORT = ("model",)
 # model/ is exactly what `save_pretrained` copies next to every model, so it must load with nothing of the package

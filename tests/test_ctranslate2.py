@@ -370,7 +370,7 @@ def test_the_torch_backend_points_a_ctranslate2_folder_to_the_ct2_backend(paper_
         main([command, "--model", str(ct2_dir), *arguments])
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1
-    assert f"{ct2_dir} is a CTranslate2 folder (from export-ct2): translate or evaluate it with --backend ct2" in error
+    assert f"{ct2_dir} is a CTranslate2 folder (from export-ct2): run it with --backend ct2" in error
 
 
 # Runs the console script's entry on the arguments in sys.argv[1] (JSON), then prints its output and whether torch was

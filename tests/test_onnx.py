@@ -364,8 +364,8 @@ def test_each_backend_points_to_the_other_kind_of_folder(trained_dir, onnx_dir, 
         main(["translate", "--model", str(onnx_dir), "--input", str(source)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert err == (f"vanilla-transformer translate: error: {onnx_dir} is an ONNX folder (from export-onnx): translate "
-                   "or evaluate it with --backend onnx\n")
+    assert err == (f"vanilla-transformer translate: error: {onnx_dir} is an ONNX folder (from export-onnx): run it "
+                   "with --backend onnx\n")
 
 
 def test_a_device_without_its_provider_is_refused(onnx_dir):

@@ -1,5 +1,5 @@
-"""The command line starts at once: `vanilla-transformer --help` and each `COMMAND --help` import neither torch nor
-transformers (a fresh interpreter, started as the console script starts, through `vanilla_transformer_cli`)."""
+"""The command line starts at once: `vanilla-transformer --help` and each `COMMAND --help` import neither torch,
+transformers nor gradio (a fresh interpreter, started as the console script starts, through `vanilla_transformer_cli`)."""
 
 import json
 import subprocess
@@ -9,8 +9,8 @@ import pytest
 
 from vanilla_transformer.cli.main import COMMANDS
 
-# Runs the console script's entry with each of the argument lists in sys.argv[1] (JSON), then prints whether torch or
-# transformers were imported after each.
+# Runs the console script's entry with each of the argument lists in sys.argv[1] (JSON), then prints whether torch,
+# transformers or gradio were imported after each.
 HELP_SCRIPT = """
 import json, sys
 import vanilla_transformer_cli
@@ -22,20 +22,21 @@ for argv in json.loads(sys.argv[1]):
         vanilla_transformer_cli.main()
     except SystemExit:
         pass
-    report[" ".join(argv)] = [name for name in ("torch", "transformers") if name in sys.modules]
+    report[" ".join(argv)] = [name for name in ("torch", "transformers", "gradio") if name in sys.modules]
 print(json.dumps(report))
 """
 
 
 def imported_by(*argvs: list[str]) -> dict[str, list[str]]:
-    """For each command line of `argvs`, run in turn in one fresh interpreter: torch and transformers, if imported."""
+    """For each command line of `argvs`, run in turn in one fresh interpreter: torch, transformers and gradio, if
+    imported."""
     run = subprocess.run(
         [sys.executable, "-c", HELP_SCRIPT, json.dumps(argvs)], capture_output=True, text=True, check=True
     )
     return json.loads(run.stdout.splitlines()[-1])
 
 
-def test_help_and_every_commands_help_import_neither_torch_nor_transformers():
+def test_help_and_every_commands_help_import_neither_torch_transformers_nor_gradio():
     argvs = [["--help"], *([name, "--help"] for name in COMMANDS)]
     assert imported_by(*argvs) == {" ".join(argv): [] for argv in argvs}
 

@@ -2,7 +2,7 @@
 evaluate commands need only the core ones; each other feature imports its packages through `require`, so that a
 missing one says which extra installs it: `train` (training, data loading, the number-words corpus, model cards,
 the lowercased Moses-tokenized BLEU), `ct2` (the CTranslate2 export and backend), `onnx` (the ONNX export and
-backend) and `plots` (attention plots).
+backend), `plots` (attention plots) and `demo` (the translation page in the browser: Gradio).
 """
 
 import importlib

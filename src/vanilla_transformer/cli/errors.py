@@ -36,7 +36,7 @@ def command_line_message(error: BaseException, path: str | os.PathLike | None = 
     elif isinstance(error, NotExportedError):
         message = f"{error}; make one with `vanilla-transformer export-{error.backend}`."
     elif isinstance(error, ExportFolderError):
-        message = f"{error}: translate or evaluate it with --backend {error.backend}"
+        message = f"{error}: run it with --backend {error.backend}"
     elif isinstance(error, AlignmentLayerError):
         message = (f"--alignment-layer {error.layer} is not a layer of the model's {error.layers}-layer decoder "
                    f"(0 to {error.layers - 1}, or -1 to -{error.layers} from the last)")

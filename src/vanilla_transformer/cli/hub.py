@@ -16,8 +16,9 @@ from ..paths.model_folders import check_tokenizer_fits
 from .errors import hub_errors, user_errors
 
 
-def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
-    parser.add_argument("--model", required=True, help="A saved model folder (from train, average or save_pretrained).")
+def _card_arguments(parser: argparse.ArgumentParser, results_flag: str, model_required: bool = True) -> None:
+    parser.add_argument("--model", required=model_required,
+                        help="A saved model folder (from train, average or save_pretrained).")
     parser.add_argument(
         results_flag,
         metavar="FILE",
@@ -33,6 +34,8 @@ def _card_arguments(parser: argparse.ArgumentParser, results_flag: str) -> None:
         help="The license of the model, a Hub license id (mit, cc-by-4.0, ...): the card's metadata declares it "
         "and its body says it was chosen with --license (default: apache-2.0).",
     )
+    parser.add_argument("--demo-space", metavar="USER/NAME",
+                        help="A Hub Space with the model's translation page (push --space): the card links to it.")
 
 
 def _check_card_arguments(args: argparse.Namespace, results: str | None, weights: bool, tokenizer: bool) -> dict:
@@ -68,25 +71,31 @@ def model_card_command(argv: list[str]) -> None:
     facts = _check_card_arguments(args, args.results, weights=False, tokenizer=False)
     check_output_file(args.out, new_folders=True)  # a card is often a new folder, its figures beside it
     with user_errors(CardFactsError, OSError), write_errors(Path(args.out).parent):
-        write_model_card(args.model, args.out, facts, run_dir=args.run, repo_id=args.repo_id, license=args.license)
+        write_model_card(args.model, args.out, facts, run_dir=args.run, repo_id=args.repo_id, license=args.license,
+                         demo_space=args.demo_space)
     print(f"model card written to {args.out}")
 
 
 def _push_parser() -> CommandParser:
     parser = CommandParser(
         prog="vanilla-transformer push",
-        description="Upload a saved model, its tokenizer, code and a generated model card to the Hub in one commit.",
+        description="Upload a saved model, its tokenizer, code and a generated model card to the Hub in one commit; "
+        "or, with --space, a Space that serves the translation page of a model on the Hub.",
     )
-    _card_arguments(parser, "--card-results")
-    parser.add_argument("--repo-id", required=True, help="USER/NAME of the Hub repository (created if missing).")
+    _card_arguments(parser, "--card-results", model_required=False)
+    parser.add_argument("--repo-id", help="USER/NAME of the Hub repository (created if missing).")
+    parser.add_argument("--space", metavar="USER/NAME",
+                        help="Upload instead a Gradio Space (created if missing) serving the translation page of "
+                        "--model-repo (vanilla-transformer demo): app.py, requirements.txt and its README.")
+    parser.add_argument("--model-repo", metavar="USER/NAME", help="With --space: the Hub model the page translates with.")
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     parser.add_argument("--commit-message", default="Upload vanilla-transformer model")
     parser.add_argument("--token", help="A Hub token with write access (default: the one of `hf auth login`).")
     parser.add_argument(
         "--dry-run",
         metavar="OUT",
-        help="Write the folder that would be uploaded (model, tokenizer, code, card and its figures) into OUT instead, "
-        "without any network access.",
+        help="Write the folder that would be uploaded (model, tokenizer, code, card and its figures; or the Space's "
+        "files) into OUT instead, without any network access.",
     )
     parser.add_argument("--force", action="store_true", help="With --dry-run: replace what OUT holds.")
     return parser
@@ -98,6 +107,12 @@ def push_command(argv: list[str]) -> None:
 
     if args.force and args.dry_run is None:
         raise UserError("--force replaces the folder of --dry-run; without --dry-run there is nothing to replace")
+    if args.space is not None or args.model_repo is not None:
+        _push_space(args)
+        return
+    for flag, value in (("--model", args.model), ("--repo-id", args.repo_id)):
+        if value is None:
+            raise UserError(f"{flag} is required to push a model (or give --space and --model-repo for a Space)")
     require("jinja2", extra="train")  # the card's, before the Hub is asked anything
     facts = _check_card_arguments(args, args.card_results, weights=True, tokenizer=True)
     _check_repo_id(args.repo_id)
@@ -115,18 +130,48 @@ def push_command(argv: list[str]) -> None:
             license=args.license,
             commit_message=args.commit_message,
             token=args.token,
+            demo_space=args.demo_space,
         )
     print(f"pushed to {commit.commit_url}")
 
 
-def _check_repo_id(repo_id: str) -> None:
+def _push_space(args: argparse.Namespace) -> None:
+    """push --space USER/NAME --model-repo USER/MODEL: the Space of the model's translation page (`web/space.py`)."""
+    from ..paths.text_files import output_folder
+    from ..web.space import push_space, write_space
+
+    given = [flag for flag, value in (("--model", args.model), ("--repo-id", args.repo_id), ("--run", args.run),
+                                      ("--card-results", args.card_results), ("--demo-space", args.demo_space))
+             if value is not None]
+    if given:
+        raise UserError(f"--space uploads a page for a model already on the Hub (--model-repo), not {given[0]}: "
+                        "push the model first, without --space")
+    if args.space is None or args.model_repo is None:
+        raise UserError("--space USER/NAME and --model-repo USER/MODEL go together: the Space and the model it serves")
+    _check_repo_id(args.space, "--space")
+    _check_repo_id(args.model_repo, "--model-repo")
+    if args.dry_run is not None:
+        out = _check_dry_run_folder(args)
+        with user_errors(OSError), write_errors(out), output_folder(out) as staging:
+            files = [path.name for path in write_space(staging, args.space, args.model_repo, args.license)]
+        print(f"{len(files)} files of the Space {args.space} written to {out} (nothing was sent):")
+        print("\n".join(f"  {name}" for name in files))
+        return
+    _check_hub_for_push()
+    with hub_errors(f"push to the Space {args.space}"):
+        commit = push_space(args.space, args.model_repo, private=args.private, license=args.license,
+                            token=args.token)
+    print(f"pushed to {commit.commit_url}")
+
+
+def _check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:
     """`repo_id` is USER/NAME, or NAME alone (the token owner's), as huggingface_hub accepts it."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_id)
     except HFValidationError as error:
-        raise UserError(f"--repo-id {repo_id!r} is not a Hub repository name: {describe(error)}") from None
+        raise UserError(f"{flag} {repo_id!r} is not a Hub repository name: {describe(error)}") from None
 
 
 def _check_hub_for_push() -> None:
@@ -141,11 +186,9 @@ def _check_hub_for_push() -> None:
                         "folder that would be uploaded")
 
 
-def _dry_run(args: argparse.Namespace, facts: dict) -> None:
-    """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
-    from ..hub.push import NoTokenizerError, write_repository
-    from ..paths.text_files import output_folder
-
+def _check_dry_run_folder(args: argparse.Namespace) -> Path:
+    """The folder of --dry-run, checked: a folder (new, empty, or replaced with --force) that holds none of the
+    command's inputs nor the current folder."""
     out = Path(args.dry_run)
     if out.exists() and not out.is_dir():
         raise UserError(f"--dry-run {out} is a file, not a folder")
@@ -155,12 +198,20 @@ def _dry_run(args: argparse.Namespace, facts: dict) -> None:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise UserError(f"--dry-run {out} is not empty; pass --force to replace what it holds, or choose another")
     check_output_file(str(out / "README.md"), new_folders=True)
+    return out
+
+
+def _dry_run(args: argparse.Namespace, facts: dict) -> None:
+    """push --dry-run: the folder `push` would upload, written whole into args.dry_run (a folder beside it, renamed)."""
+    from ..hub.push import NoTokenizerError, write_repository
+    from ..paths.text_files import output_folder
+
+    out = _check_dry_run_folder(args)
     needed = folder_size(args.model, "model.safetensors", "*.json", "*.py")
     with user_errors(CardFactsError, NoTokenizerError, OSError), write_errors(out, needed), \
             output_folder(out) as staging:
-        files = write_repository(
-            args.model, staging, args.repo_id, results=facts, run_dir=args.run, license=args.license
-        )
+        files = write_repository(args.model, staging, args.repo_id, results=facts, run_dir=args.run,
+                                 license=args.license, demo_space=args.demo_space)
         files = [path.relative_to(staging).as_posix() for path in files]
     print(f"{len(files)} files that push would upload to {args.repo_id} written to {out} (nothing was sent):")
     for name in files:

@@ -23,6 +23,7 @@ import threading
 
 from ..errors import CommandParser, Preempted, UserError
 from .errors import one_line_errors
+from .demo import demo_command
 from .export import export_ct2_command, export_onnx_command
 from .hub import model_card_command, push_command
 from .scores import score_command
@@ -38,13 +39,14 @@ COMMANDS = {
     "score": (score_command, "Score given translations: each pair's log-probability under the model."),
     "export-ct2": (export_ct2_command, "Convert a saved model to CTranslate2 for fast CPU and GPU inference."),
     "export-onnx": (export_onnx_command, "Export a saved model to ONNX, for ONNX Runtime and generate()."),
+    "demo": (demo_command, "Serve a page to try a model in the browser: translations, n-best lists, alignments."),
     "plot-attention": (plot_attention_command, "Draw a sentence's attention weights as heatmaps (figures 3-5)."),
     "model-card": (model_card_command, "Write the Hub model card (README.md) of a saved model."),
     "push": (push_command, "Upload a saved model, its tokenizer, code and model card to the Hub."),
 }
 
 # The commands whose backend registers the model when it loads one (backends/table.py).
-REGISTERED_BY_BACKEND = ("translate", "evaluate", "score")
+REGISTERED_BY_BACKEND = ("translate", "evaluate", "score", "demo")
 
 
 @contextlib.contextmanager

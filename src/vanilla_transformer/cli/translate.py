@@ -56,7 +56,7 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _translator(args: argparse.Namespace):
+def backend_translator(args: argparse.Namespace):
     """The backend's translate function for the model folder, with the command's decoding options bound."""
     torch_backend = args.backend == "torch"
     if args.compile and not torch_backend:
@@ -134,7 +134,7 @@ def translate_command(argv: list[str]) -> None:
     if prefixes is not None and num_lines is not None and len(prefixes) != num_lines:
         raise UserError(f"{args.target_prefix} has {len(prefixes)} lines but {args.input} has {num_lines}; give one "
                         "target prefix a line (an empty line for none)")
-    translate = functools.partial(_translator(args), **sampling)
+    translate = functools.partial(backend_translator(args), **sampling)
     if prefixes is not None:
         translate = _with_target_prefixes(translate, prefixes, args.target_prefix)
     if args.nbest is not None or args.format != "text":
@@ -224,7 +224,7 @@ def evaluate_command(argv: list[str]) -> None:
             "must be aligned line by line"
         )
 
-    translate = _translator(args)
+    translate = backend_translator(args)
     with user_errors(InputTooLongError, path=args.src):
         hypotheses = translate(sources)
     if args.output_hyps:

@@ -56,19 +56,17 @@ def model_card(
     run_dir: str | os.PathLike | None = None,
     repo_id: str | None = None,
     license: str = "apache-2.0",
+    demo_space: str | None = None,
 ) -> ModelCard:
-    """The Hub model card of the model saved in `model_dir`.
-
-    `results` describes the evaluation (`card_facts.CardFacts`); without it the card reports what `run_dir`
-    recorded: `card_results.json` (written by `vanilla-transformer train`), else the Trainer's `test_results.json`,
+    """The Hub model card of the model saved in `model_dir`. `results` describes the evaluation
+    (`card_facts.CardFacts`); without it the card reports what `run_dir` recorded: `card_results.json` (written by `vanilla-transformer train`), else the Trainer's `test_results.json`,
     else its `eval_results.json`. `run_dir` is the training run (default: `model_dir`, where `train` writes both); its
     records give the recipe and the steps of these weights (`card_facts.trained_steps`). Give the results of exactly
     these weights: an averaged model's scores are not those of the run's last checkpoint. `repo_id` ("USER/NAME")
-    goes into the usage examples, `license` (a Hub license id) into the metadata and the body. Needs the `train`
-    extra (jinja2 renders the template)."""
+    goes into the usage examples, `license` (a Hub license id) into the metadata and the body, the Space `demo_space`
+    (USER/NAME: `push --space`) into a link to its page. Needs the `train` extra (jinja2 renders the template)."""
     require("jinja2", extra="train")
-    model_dir = Path(model_dir)
-    run_dir = Path(run_dir) if run_dir is not None else model_dir
+    model_dir, run_dir = Path(model_dir), Path(run_dir) if run_dir is not None else Path(model_dir)
     facts = read_card_facts(results, run_dir)
     run = run_card_facts(run_dir)
     config = VanillaTransformerConfig.from_pretrained(model_dir)
@@ -89,6 +87,7 @@ def model_card(
         template_path=str(CARD_TEMPLATE_PATH),
         model_name=model_name,
         repo_id=repo_id or "USER/NAME",
+        demo_space=demo_space,
         source_lang=source_lang,
         target_lang=target_lang,
         architecture=_architecture_rows(config),
@@ -139,11 +138,12 @@ def write_model_card(
     run_dir: str | os.PathLike | None = None,
     repo_id: str | None = None,
     license: str = "apache-2.0",
+    demo_space: str | None = None,
 ) -> ModelCard:
     """[`model_card`] saved as `out` (e.g. `model_cards/NAME/README.md`), with the figures it shows copied next to it."""
     out, run_dir = Path(out), Path(run_dir or model_dir)
     facts = read_card_facts(results, run_dir)
-    card = model_card(model_dir, facts, run_dir=run_dir, repo_id=repo_id, license=license)
+    card = model_card(model_dir, facts, run_dir=run_dir, repo_id=repo_id, license=license, demo_space=demo_space)
     out.parent.mkdir(parents=True, exist_ok=True)
     with output_file(out) as file:  # whole or not at all
         file.write(str(card))

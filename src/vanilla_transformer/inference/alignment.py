@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .hypotheses import pharaoh
+from .hypotheses import pharaoh, strongest_links
 # The pieces that begin a word: byte-level BPE marks a space before a token with "Ġ", SentencePiece with "▁".
 WORD_STARTS = ("Ġ", "▁")
 
@@ -41,7 +41,7 @@ def word_alignment(weights: torch.Tensor, source_words: list[int], target_words:
 def hard_links(matrix: torch.Tensor) -> list[tuple[int, int]]:
     """Pharaoh links (source word, target word) of a word matrix: each target word to the source word it attends to
     most."""
-    return [(int(source), target) for target, source in enumerate(matrix.argmax(-1).tolist())]
+    return strongest_links(matrix.tolist())
 
 
 def align(tokenizer, source_ids, target_ids, weights: list[torch.Tensor], kind: str) -> list:

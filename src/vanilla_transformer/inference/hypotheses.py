@@ -138,6 +138,12 @@ def alignment_layer_of(alignment: str | None, nbest: int | None, layer: int | No
     return layer % layers
 
 
+def strongest_links(matrix: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+    """Pharaoh links (source word, target word) of a soft word alignment (`matrix[target word][source word]`): each
+    target word to the source word it attends to most (the first, on a tie)."""
+    return [(max(range(len(row)), key=row.__getitem__), target) for target, row in enumerate(matrix)]
+
+
 def pharaoh(links: Sequence[tuple[int, int]]) -> str:
     """Alignment links (source word, target word) as fairseq and Marian print them: `0-0 1-2`."""
     return " ".join(f"{source}-{target}" for source, target in links)
@@ -160,4 +166,5 @@ def pair_batches(tokenizer, sources: Sequence[str], targets: Sequence[str], batc
 
 
 __all__ = ["ALIGNMENT_LAYER", "AlignmentLayerError", "AlignmentUnavailableError", "EMPTY", "Hypothesis", "PairScore", "TooManyHypothesesError",
-           "alignment_layer_of", "check_nbest", "hypothesis", "pair_batches", "pharaoh", "ranking_score"]
+           "alignment_layer_of", "check_nbest", "hypothesis", "pair_batches", "pharaoh", "ranking_score",
+           "strongest_links"]
