@@ -1,4 +1,4 @@
-"""The core install: without the optional packages of the extras (train, ct2, onnx, plots), the package imports, a model
+"""The core install: without the optional packages of the extras (train, ct2, onnx, plots, demo), the package imports, a model
 saves, loads, generates and translates through `pipeline()` and the translate command, and the features of a missing
 extra say in one line which extra installs them."""
 
@@ -28,6 +28,9 @@ OPTIONAL_PACKAGES = [
     "evaluate",
     "pyarrow",
     "pandas",
+    "gradio",
+    "gradio_client",
+    "selenium",
 ]
 
 # Run in a fresh interpreter where the optional packages cannot be imported: None in `sys.modules` makes `import`
@@ -91,6 +94,8 @@ for label, argv in (
     ("translate --backend onnx",
      ["translate", "--backend", "onnx", "--model", str(folder / "model"), "--input", str(folder / "in.txt")]),
     ("train", ["train", "--max-steps", "1"]),
+    ("demo", ["demo", "--model", str(folder / "model")]),
+    ("push --space", ["push", "--space", "me/demo", "--model-repo", "me/model", "--dry-run", str(folder / "space")]),
 ):
     with contextlib.redirect_stderr(io.StringIO()) as errors:
         try:
@@ -126,7 +131,8 @@ def test_core_features_work_without_the_optional_packages(tmp_path):
     assert report["loaded"] == []
     # A feature of a missing extra: status 2 and one line naming the extra to install.
     for command, extra in (("export-ct2", "ct2"), ("translate --backend ct2", "ct2"), ("export-onnx", "onnx"),
-                           ("translate --backend onnx", "onnx"), ("train", "train")):
+                           ("translate --backend onnx", "onnx"), ("train", "train"), ("demo", "demo"),
+                           ("push --space", "demo")):
         status, message = report["refused"][command]
         assert status == 2 and message.endswith("\n") and "\n" not in message[:-1], (command, message)
         message = message[:-1]

@@ -22,7 +22,7 @@ from vanilla_transformer.backends.ctranslate2.export import export_ctranslate2  
 from vanilla_transformer.backends.table import BACKENDS  # noqa: E402
 from vanilla_transformer.hub.card import write_model_card  # noqa: E402
 from vanilla_transformer.inference.hypotheses import TooManyHypothesesError  # noqa: E402
-from vanilla_transformer.web.facts import default_beams, model_facts  # noqa: E402
+from vanilla_transformer.web.facts import default_beams, model_facts, model_name  # noqa: E402
 from vanilla_transformer.web.results import (MAX_CHARACTERS, MAX_LINES, Decoding, PageInputError,  # noqa: E402
                                              heatmap_html, sentences_of, translate_sentences)
 from vanilla_transformer.web.space import space_files, write_space  # noqa: E402
@@ -113,6 +113,7 @@ def test_the_page_states_the_model_cards_facts(folders, tmp_path):
     facts = model_facts(model_dir)
     assert "sacreBLEU 33.99 on Multi30k, test_2016_flickr." in facts
     assert "Data: the 29,000 Multi30k training pairs." in facts
+    assert model_name(model_dir) == "model" and model_name(ct2_dir) == "ct2"  # the card's name, else the folder's
     assert model_facts(ct2_dir) == ["No model card (README.md) with this model: its scores and data are not known "
                                     "here."]
     (tmp_path / "config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
@@ -158,6 +159,19 @@ def test_push_space_dry_run_writes_the_space_and_the_card_links_to_it(folders, t
     result = run("push", "--space", "me/demo", "--model-repo", "me/model", "--dry-run", str(tmp_path / "space"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1:] == ["  README.md", "  app.py", "  requirements.txt"]
+    spec = "vanilla-transformer[demo] @ git+https://example.org/vanilla-transformer@v0.1.0"  # not on PyPI: a URL
+    result = run("push", "--space", "me/demo", "--model-repo", "me/model", "--space-requirement", spec,
+                 "--dry-run", str(tmp_path / "space-from-git"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "space-from-git" / "requirements.txt").read_text() == spec + "\n"
+    for argv, message in ((["--space-requirement", "numpy"], "installs numpy, not vanilla-transformer"),
+                          (["--space-requirement", "git+https://x/y"], "is not a pip requirement"),
+                          (["--model", str(folders[0])], "not --model: push the model first"),
+                          ([], "--space USER/NAME and --model-repo USER/MODEL go together")):
+        model_repo = [] if not argv else ["--model-repo", "me/model"]
+        result = run("push", "--space", "me/demo", *model_repo, *argv, "--dry-run", str(tmp_path / "refused"))
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and message in result.stderr, argv
+    assert not (tmp_path / "refused").exists()
     result = run("model-card", "--model", str(folders[0]), "--results", str(_results_file(tmp_path)),
                  "--demo-space", "me/demo", "--out", str(tmp_path / "card" / "README.md"))
     assert result.returncode == 0, result.stderr
@@ -241,3 +255,14 @@ def test_bad_input_is_a_message_on_the_page_not_a_traceback(served):
         with pytest.raises(AppError) as error:
             client.predict(text, 2, nbest, False, 0, 1.0, 1.0, 0, api_name="/translate")
         assert message in str(error.value) and "Traceback" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_the_page_load_benchmark_checks_every_answer(folders, tmp_path):
+    sources = tmp_path / "sources.txt"
+    sources.write_text("\n".join(SENTENCES) + "\n")
+    script = Path(__file__).parents[1] / "benchmarks" / "page_load.py"
+    result = subprocess.run([sys.executable, str(script), "--model", str(folders[0]), "--src", str(sources),
+                             "--requests", "3", "--lines", "2"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "3/3 answered with translate's translations" in result.stdout

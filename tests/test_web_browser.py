@@ -121,14 +121,13 @@ def test_the_page_translates_as_translate_does_in_a_real_browser(browser, page_u
     text = "\n".join([SENTENCES[1], SENTENCES[3]])
     source.send_keys(text)
     button.click()
-    translation = browser.find_element(By.CSS_SELECTOR, "#translation textarea")
-    wait.until(lambda _: translation.get_attribute("value"))
-    assert translation.get_attribute("value") == translate_command(folders[0], text)
+    wait.until(lambda _: _translation(browser))
+    assert _translation(browser) == translate_command(folders[0], text)
     heatmap = wait.until(shown.presence_of_element_located((By.CSS_SELECTOR, "#heatmap table.alignment-heatmap")))
     assert len(heatmap.find_elements(By.CSS_SELECTOR, "tbody tr")) == len(SENTENCES[1].split())
     rows = _nbest_rows(browser)  # the page's default n-best: 4 (the paper's beams), ranked, the best first
     assert [row[0] for row in rows] == ["1", "2", "3", "4"]
-    assert rows[0][1] == translation.get_attribute("value").split("\n")[0]  # the first sentence's, shown first
+    assert rows[0][1] == _translation(browser).split("\n")[0]  # the first sentence's, shown first
 
     for control, value in (("#nbest-size", "2"), ("#beams", "2")):  # n-best first: never more than the beams
         box = browser.find_element(By.CSS_SELECTOR, f"{control} input[type=number]")
@@ -136,13 +135,18 @@ def test_the_page_translates_as_translate_does_in_a_real_browser(browser, page_u
         box.send_keys(value, Keys.TAB)
     button.click()
     wait.until(lambda _: len(_nbest_rows(browser)) == 2)
-    assert translation.get_attribute("value") == translate_command(folders[0], text, "--num-beams", "2")
+    assert _translation(browser) == translate_command(folders[0], text, "--num-beams", "2")
     assert browser.save_screenshot(str(tmp_path / "page.png")) and (tmp_path / "page.png").stat().st_size > 10_000
+
+
+# The page is read in one script each time, so that an element Gradio renders again meanwhile is never half-read.
+def _translation(browser) -> str:
+    """The text of the Translation box."""
+    return browser.execute_script("return document.querySelector('#translation textarea').value")
 
 
 def _nbest_rows(browser) -> list[list[str]]:
     """The hypotheses' rows of the n-best table (Gradio's grid: four cells a row, rank, translation, score, log P)."""
-    from selenium.webdriver.common.by import By
-
-    cells = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, '#nbest [role="gridcell"]')]
+    cells = browser.execute_script("return Array.from(document.querySelectorAll('#nbest [role=\"gridcell\"]'))"
+                                   ".map(cell => cell.innerText.trim())")
     return [cells[k: k + 4] for k in range(0, len(cells), 4)]

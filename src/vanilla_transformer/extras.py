@@ -6,6 +6,8 @@ backend), `plots` (attention plots) and `demo` (the translation page in the brow
 """
 
 import importlib
+import importlib.metadata
+import importlib.util
 from types import ModuleType
 
 
@@ -21,10 +23,24 @@ def require(module: str, extra: str) -> ModuleType:
         package = module.split(".")[0]
         if error.name is not None and error.name.split(".")[0] != package:
             raise  # the package is installed, one of its own dependencies is not: its error says which
-        raise MissingExtraError(
-            f"{package} is not installed; it comes with the {extra} extra: pip install 'vanilla-transformer[{extra}]'",
-            name=package,
-        ) from None
+        raise _missing(package, extra) from None
 
 
-__all__ = ["MissingExtraError", "require"]
+def installed_version(package: str, extra: str) -> str:
+    """The version of the installed `package` (found, not imported), or a `MissingExtraError` as `require`'s."""
+    try:
+        if importlib.util.find_spec(package) is not None:
+            return importlib.metadata.version(package)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        pass
+    raise _missing(package, extra)
+
+
+def _missing(package: str, extra: str) -> MissingExtraError:
+    return MissingExtraError(
+        f"{package} is not installed; it comes with the {extra} extra: pip install 'vanilla-transformer[{extra}]'",
+        name=package,
+    )
+
+
+__all__ = ["MissingExtraError", "installed_version", "require"]

@@ -10,7 +10,7 @@ import socket
 from ..backends.table import BACKENDS
 from ..errors import CommandParser, UserError
 from ..extras import require
-from .arguments import device, port_number, positive_int
+from .arguments import device, port_number
 from .translate import backend_translator
 
 # Gradio's own defaults, and the environment variables that change them (as in a Hub Space).
@@ -35,8 +35,6 @@ def _demo_parser() -> CommandParser:
                         "0.0.0.0 for every network interface).")
     parser.add_argument("--port", type=port_number, metavar="N",
                         help="The port to serve on (default: GRADIO_SERVER_PORT, else 7860).")
-    parser.add_argument("--concurrency", type=positive_int, default=1, metavar="N",
-                        help="Requests decoded at once; the others wait in the page's queue (default: 1).")
     return parser
 
 
@@ -51,7 +49,7 @@ def demo_command(argv: list[str]) -> None:
     translate = backend_translator(args)
     from ..web.page import launch, translation_page
 
-    page = translation_page(args.model, backend=args.backend, translate=translate, concurrency=args.concurrency)
+    page = translation_page(args.model, backend=args.backend, translate=translate)
     print(f"the translation page of {args.model} is at http://{host}:{port} (Ctrl-C stops it)", flush=True)
     try:
         launch(page, host=host, port=port, quiet=True)

@@ -88,6 +88,9 @@ def _push_parser() -> CommandParser:
                         help="Upload instead a Gradio Space (created if missing) serving the translation page of "
                         "--model-repo (vanilla-transformer demo): app.py, requirements.txt and its README.")
     parser.add_argument("--model-repo", metavar="USER/NAME", help="With --space: the Hub model the page translates with.")
+    parser.add_argument("--space-requirement", metavar="SPEC",
+                        help="With --space: the line of the Space's requirements.txt that installs this package "
+                        "(default: vanilla-transformer[demo]==VERSION, the installed version; e.g. a Git URL).")
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     parser.add_argument("--commit-message", default="Upload vanilla-transformer model")
     parser.add_argument("--token", help="A Hub token with write access (default: the one of `hf auth login`).")
@@ -107,7 +110,7 @@ def push_command(argv: list[str]) -> None:
 
     if args.force and args.dry_run is None:
         raise UserError("--force replaces the folder of --dry-run; without --dry-run there is nothing to replace")
-    if args.space is not None or args.model_repo is not None:
+    if args.space is not None or args.model_repo is not None or args.space_requirement is not None:
         _push_space(args)
         return
     for flag, value in (("--model", args.model), ("--repo-id", args.repo_id)):
@@ -147,21 +150,40 @@ def _push_space(args: argparse.Namespace) -> None:
         raise UserError(f"--space uploads a page for a model already on the Hub (--model-repo), not {given[0]}: "
                         "push the model first, without --space")
     if args.space is None or args.model_repo is None:
-        raise UserError("--space USER/NAME and --model-repo USER/MODEL go together: the Space and the model it serves")
+        raise UserError("--space USER/NAME and --model-repo USER/MODEL go together (--space-requirement with them): the "
+                        "Space and the model it serves")
+    if args.space_requirement is not None:
+        _check_space_requirement(args.space_requirement)
     _check_repo_id(args.space, "--space")
     _check_repo_id(args.model_repo, "--model-repo")
     if args.dry_run is not None:
         out = _check_dry_run_folder(args)
         with user_errors(OSError), write_errors(out), output_folder(out) as staging:
-            files = [path.name for path in write_space(staging, args.space, args.model_repo, args.license)]
+            files = [path.name for path in write_space(staging, args.space, args.model_repo, args.license,
+                                                       args.space_requirement)]
         print(f"{len(files)} files of the Space {args.space} written to {out} (nothing was sent):")
         print("\n".join(f"  {name}" for name in files))
         return
     _check_hub_for_push()
     with hub_errors(f"push to the Space {args.space}"):
         commit = push_space(args.space, args.model_repo, private=args.private, license=args.license,
-                            token=args.token)
+                            requirement=args.space_requirement, token=args.token)
     print(f"pushed to {commit.commit_url}")
+
+
+def _check_space_requirement(spec: str) -> None:
+    """--space-requirement is a pip requirement of this package (`vanilla-transformer[demo] @ git+https://...`)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        name = canonicalize_name(Requirement(spec).name)
+    except InvalidRequirement as error:
+        raise UserError(f"--space-requirement {spec!r} is not a pip requirement: {str(error).splitlines()[0]}") \
+            from None
+    if name != "vanilla-transformer":
+        raise UserError(f"--space-requirement {spec!r} installs {name}, not vanilla-transformer: write "
+                        "'vanilla-transformer[demo] @ URL' for a URL")
 
 
 def _check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:

@@ -30,6 +30,14 @@ def model_facts(model: str | os.PathLike) -> list[str]:
     return facts
 
 
+def model_name(model: str | os.PathLike) -> str:
+    """The model's name: its card's (`model-index`), else the Hub id or the folder's name."""
+    card = _card(model)
+    if card is not None and card.data.model_name:
+        return card.data.model_name
+    return Path(model).resolve().name if Path(model).is_dir() else str(model)
+
+
 def default_beams(model: str | os.PathLike) -> int:
     """The beam size of the model's generation config (`generation_config.json`, in every folder that the commands
     write), else the paper's 4 (section 6.1)."""
@@ -77,4 +85,4 @@ def _section_paragraph(text: str, heading: str) -> str | None:
     return paragraphs[0] if paragraphs and not paragraphs[0].startswith("#") else None
 
 
-__all__ = ["PAPER_BEAMS", "default_beams", "model_facts"]
+__all__ = ["PAPER_BEAMS", "default_beams", "model_facts", "model_name"]

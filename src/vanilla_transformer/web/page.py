@@ -11,7 +11,7 @@ its scores, and the alignment of its best translation (the encoder-decoder atten
 averaged) as a heatmap of source words x target words with its Pharaoh links; the decoding options (beams, n-best,
 sampling) are on the page, and the model's facts from its card above them. Translations come from the backend's
 `translate` function (`backends.table.BACKENDS`), as in `vanilla-transformer translate`. Requests wait in Gradio's
-queue, `concurrency` of them decoding at a time; input beyond `results.MAX_LINES` lines or `MAX_CHARACTERS`
+queue (at most `QUEUE_SIZE`), `CONCURRENCY` of them decoding at a time; input beyond `results.MAX_LINES` lines or `MAX_CHARACTERS`
 characters, or a bad choice of options, is one message on the page, never a traceback.
 """
 
@@ -23,15 +23,18 @@ from pathlib import Path
 from ..backends.table import BACKENDS
 from ..extras import require
 from ..inference.hypotheses import TooManyHypothesesError
-from .facts import default_beams, model_facts
+from .facts import default_beams, model_facts, model_name
 from .results import MAX_BEAMS, MAX_CHARACTERS, MAX_LINES, Decoding, PageInputError, heatmap_html, translate_sentences
 
-# Requests decoding at once (the others wait in the queue, in order), and the most that wait: a CPU decodes one batch
-# fastest alone, and a queue without bound would grow without bound under load.
+# Requests decoding at once (the others wait in the queue, in order), and the most that wait. One: a model in memory
+# decodes one batch at a time (PyTorch already spreads a batch over the cores, and the alignment's pass switches the
+# model's attention kernel to eager while it runs, which a second thread would see); a queue without bound would grow
+# without bound under load.
 CONCURRENCY = 1
 QUEUE_SIZE = 64
 # The page's look: system fonts (it fetches nothing from the Web), and the heatmap's table.
 CSS = """
+.heatmap-scroll { overflow-x: auto; }
 .alignment-heatmap { border-collapse: collapse; }
 .alignment-heatmap th, .alignment-heatmap td { padding: 0.25em 0.45em; text-align: center; border: 1px solid #e5e7eb; }
 .alignment-heatmap td.link { outline: 2px solid #f59e0b; outline-offset: -2px; }
@@ -41,13 +44,13 @@ NO_ALIGNMENT = "<p>This backend's model returns no attention to align with (the 
 
 
 def translation_page(model: str | os.PathLike, *, backend: str = "torch", device: str | None = None,
-                     translate: Callable[..., list] | None = None, concurrency: int = CONCURRENCY):
+                     translate: Callable[..., list] | None = None):
     """The page (`gradio.Blocks`, queued) of the model `model` (a folder or a Hub id) run by `backend` on `device`,
     or by the `translate` function given (`BACKENDS[backend](model, device)`, loaded by the caller)."""
     gr = require("gradio", extra="demo")
     translate = translate or BACKENDS[backend](model, device)
     alignment = backend != "onnx"
-    name = Path(model).resolve().name if Path(model).is_dir() else str(model)
+    name = model_name(model)
     with gr.Blocks(title=f"{name}: vanilla-transformer", analytics_enabled=False) as page:
         gr.Markdown(f"# {name}\n\nThe Transformer of \"Attention Is All You Need\" (Vaswani et al., 2017), run by "
                     f"`{backend}`.\n\n" + "\n".join(f"- {fact}" for fact in model_facts(model)))
@@ -64,18 +67,16 @@ def translation_page(model: str | os.PathLike, *, backend: str = "torch", device
         results = gr.State([])
         sentence = gr.Dropdown(label="Sentence", choices=[], elem_id="sentence",
                                info="The sentence whose n-best list and alignment are shown.")
-        with gr.Row():
-            nbest = gr.Dataframe(headers=["rank", "translation", "score", "log P"], label="n-best hypotheses",
-                                 interactive=False, elem_id="nbest")
-            with gr.Column():
-                heatmap = gr.HTML(label="Alignment", elem_id="heatmap")
-                links = gr.Textbox(label="Pharaoh links", info="source word - target word, from 0",
-                                   interactive=False, elem_id="links")
+        nbest = gr.Dataframe(headers=["rank", "translation", "score", "log P"], label="n-best hypotheses",
+                             interactive=False, elem_id="nbest", column_widths=["8%", "68%", "12%", "12%"])
+        heatmap = gr.HTML(label="Alignment", elem_id="heatmap")
+        links = gr.Textbox(label="Pharaoh links of the best translation", info="source word - target word, from 0",
+                           interactive=False, elem_id="links")
         views = [nbest, heatmap, links]
         button.click(functools.partial(_translate, translate, alignment), controls,
-                     [translation, results, sentence, *views], api_name="translate", concurrency_limit=concurrency)
+                     [translation, results, sentence, *views], api_name="translate")
         sentence.change(functools.partial(_view, alignment), [results, sentence], views, api_name=False)
-    return page.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency)
+    return page.queue(max_size=QUEUE_SIZE, default_concurrency_limit=CONCURRENCY)
 
 
 def _decoding_controls(gr, beams: int) -> list:

@@ -119,9 +119,9 @@ def heatmap_html(source_words: Sequence[str], target_words: Sequence[str], matri
                          f'title="{html.escape(source_word)} / {html.escape(target_words[t])}: {weight:.3f}">'
                          f"{weight:.2f}</td>")
         rows.append(f'<tr><th scope="row">{html.escape(source_word)}</th>{"".join(cells)}</tr>')
-    return (f'<table class="alignment-heatmap"><caption>source words (rows) x target words (columns): '
+    return (f'<div class="heatmap-scroll"><table class="alignment-heatmap"><caption>source words (rows) x target words (columns): '
             f"encoder-decoder attention, heads averaged</caption><thead><tr><th></th>{header}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _words(text: str, count: int) -> list[str]:

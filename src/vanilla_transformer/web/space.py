@@ -20,6 +20,8 @@ from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi, SpaceCard, SpaceCardData
 
+from ..extras import installed_version
+
 APP = '''"""The translation page of {model_repo}: vanilla-transformer's demo page (`vanilla-transformer demo`)."""
 from vanilla_transformer.web.page import launch, translation_page
 
@@ -37,45 +39,51 @@ their scores, and the alignment of its best translation (the encoder-decoder att
 with its links.
 
 The page is `vanilla-transformer demo --model {model_repo}` (vanilla-transformer {version}): \
-`pip install 'vanilla-transformer[demo]=={version}'` runs it on your own machine.
+`pip install '{requirement}'` runs it on your own machine.
 """
 
-def space_files(space_id: str, model_repo: str, license: str = "apache-2.0") -> dict[str, str]:
+def space_files(space_id: str, model_repo: str, license: str = "apache-2.0",
+                requirement: str | None = None) -> dict[str, str]:
     """The Space's files by name (`app.py`, `requirements.txt`, `README.md`) for the page of the Hub model
-    `model_repo`."""
+    `model_repo`; `requirement` is the line of requirements.txt that installs this package (default: its installed
+    version from the package index, with the `demo` extra)."""
     version = importlib.metadata.version("vanilla-transformer")
+    requirement = requirement or f"vanilla-transformer[demo]=={version}"
     title = space_id.split("/")[-1]
-    data = SpaceCardData(title=title, sdk="gradio", sdk_version=importlib.metadata.version("gradio"),
+    data = SpaceCardData(title=title, sdk="gradio", sdk_version=installed_version("gradio", extra="demo"),
                          app_file="app.py", license=license, models=[model_repo], emoji="🔤", colorFrom="blue",
                          colorTo="indigo", short_description=_short(f"Translate with {model_repo}"),
                          tags=["translation", "vanilla-transformer"])
-    card = SpaceCard(f"---\n{data.to_yaml()}\n---\n" + BODY.format(title=title, model_repo=model_repo, version=version))
+    body = BODY.format(title=title, model_repo=model_repo, version=version, requirement=requirement)
+    card = SpaceCard(f"---\n{data.to_yaml()}\n---\n{body}")
     return {"app.py": APP.format(model_repo=model_repo),
-            "requirements.txt": f"vanilla-transformer[demo]=={version}\n",
+            "requirements.txt": f"{requirement}\n",
             "README.md": str(card)}
 
 
-def write_space(out: str | os.PathLike, space_id: str, model_repo: str, license: str = "apache-2.0") -> list[Path]:
+def write_space(out: str | os.PathLike, space_id: str, model_repo: str, license: str = "apache-2.0",
+                requirement: str | None = None) -> list[Path]:
     """Write the Space's files (`space_files`) into the folder `out`; returns their paths, sorted. Needs no
     network."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in space_files(space_id, model_repo, license).items():
+    for name, text in space_files(space_id, model_repo, license, requirement).items():
         (out / name).write_text(text, encoding="utf-8")
         written.append(out / name)
     return sorted(written)
 
 
 def push_space(space_id: str, model_repo: str, *, private: bool = False, license: str = "apache-2.0",
-               token: str | None = None, commit_message: str = "Upload vanilla-transformer demo page"):
+               requirement: str | None = None, token: str | None = None,
+               commit_message: str = "Upload vanilla-transformer demo page"):
     """Create the Gradio Space `space_id` (if missing) and upload the folder `write_space` writes, in one commit;
     returns its `CommitInfo`."""
     api = HfApi(token=token)
     space_id = api.create_repo(space_id, repo_type="space", space_sdk="gradio", private=private,
                                exist_ok=True).repo_id
     with tempfile.TemporaryDirectory() as staging:
-        files = write_space(staging, space_id, model_repo, license)
+        files = write_space(staging, space_id, model_repo, license, requirement)
         operations = [CommitOperationAdd(path_in_repo=path.name, path_or_fileobj=str(path)) for path in files]
         return api.create_commit(space_id, operations, commit_message=commit_message, repo_type="space")
 
