@@ -266,3 +266,14 @@ def test_the_page_load_benchmark_checks_every_answer(folders, tmp_path):
                              "--requests", "3", "--lines", "2"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "3/3 answered with translate's translations" in result.stdout
+
+
+def test_the_pages_beams_start_at_the_generation_configs_within_the_slider(tmp_path):
+    from vanilla_transformer.web.page import translation_page
+
+    for beams, shown in ((6, 6), (12, 8)):  # the slider ends at 8
+        (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": beams}))
+        page = translation_page(tmp_path, translate=lambda lines, **options: [])
+        sliders = {c["props"].get("elem_id"): c["props"] for c in page.config["components"] if c["type"] == "slider"}
+        assert (sliders["beams"]["value"], sliders["beams"]["maximum"]) == (shown, 8)
+        assert sliders["nbest-size"]["value"] == 4

@@ -63,7 +63,7 @@ def translation_page(model: str | os.PathLike, *, backend: str = "torch", device
                 button = gr.Button("Translate", variant="primary", elem_id="translate")
             translation = gr.Textbox(label="Translation", lines=4, interactive=False, elem_id="translation",
                                      info="One translation a line, the best of each sentence's hypotheses.")
-        controls = [text, *_decoding_controls(gr, default_beams(model))]
+        controls = [text, *_decoding_controls(gr, min(default_beams(model), MAX_BEAMS))]
         results = gr.State([])
         sentence = gr.Dropdown(label="Sentence", choices=[], elem_id="sentence",
                                info="The sentence whose n-best list and alignment are shown.")
