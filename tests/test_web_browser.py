@@ -1,7 +1,8 @@
 """The translation page in a real headless browser: Debian's chromium, driven by Selenium through Debian's
 chromedriver, on the page that the installed `vanilla-transformer demo` serves. It types a sentence, presses
 Translate, reads the translation (equal to `vanilla-transformer translate`'s with the same settings), finds the
-alignment heatmap and the n-best table, changes the beam size and translates again, and saves a screenshot.
+alignment heatmap and the n-best table, changes the beam size and translates again, saves a screenshot, and checks
+that the page fetched nothing from the Web.
 
 Without a browser the test says so and is skipped; `.ci/run` installs one and sets VANILLA_TRANSFORMER_REQUIRE_BROWSER,
 under which a missing browser fails the test instead.
@@ -55,6 +56,7 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = found[0]
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # the page's requests, for the last check
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
         options.add_argument(argument)
     try:
@@ -137,6 +139,17 @@ def test_the_page_translates_as_translate_does_in_a_real_browser(browser, page_u
     wait.until(lambda _: len(_nbest_rows(browser)) == 2)
     assert _translation(browser) == translate_command(folders[0], text, "--num-beams", "2")
     assert browser.save_screenshot(str(tmp_path / "page.png")) and (tmp_path / "page.png").stat().st_size > 10_000
+    # The page fetched nothing from the Web (system fonts, no telemetry): every request went to the page's server.
+    assert [url for url in _requested(browser) if not url.startswith((page_url, "data:", "blob:"))] == []
+
+
+def _requested(browser) -> list[str]:
+    """The URLs the browser has requested (Chrome's performance log)."""
+    import json
+
+    messages = [json.loads(entry["message"])["message"] for entry in browser.get_log("performance")]
+    return [message["params"]["request"]["url"] for message in messages
+            if message["method"] == "Network.requestWillBeSent"]
 
 
 # The page is read in one script each time, so that an element Gradio renders again meanwhile is never half-read.

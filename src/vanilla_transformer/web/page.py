@@ -32,7 +32,7 @@ from .results import MAX_BEAMS, MAX_CHARACTERS, MAX_LINES, Decoding, PageInputEr
 # without bound under load.
 CONCURRENCY = 1
 QUEUE_SIZE = 64
-# The page's look: system fonts (it fetches nothing from the Web), and the heatmap's table.
+# The heatmap's table.
 CSS = """
 .heatmap-scroll { overflow-x: auto; }
 .alignment-heatmap { border-collapse: collapse; }
@@ -136,11 +136,8 @@ def _shortened(text: str, length: int = 60) -> str:
 
 def launch(page, *, host: str | None = None, port: int | None = None, **options):
     """Serve `page` (`translation_page`) on `host`:`port` (default: Gradio's, 127.0.0.1:7860, or its environment
-    variables), with the page's look; `options` go to `gradio.Blocks.launch`."""
-    gr = require("gradio", extra="demo")
-    theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
-                              font_mono=["ui-monospace", "monospace"])
-    return page.launch(server_name=host, server_port=port, theme=theme, css=CSS, show_error=False, **options)
+    variables), with the heatmap's style; `options` go to `gradio.Blocks.launch`."""
+    return page.launch(server_name=host, server_port=port, css=CSS, show_error=False, **options)
 
 
 __all__ = ["CONCURRENCY", "QUEUE_SIZE", "launch", "translation_page"]
