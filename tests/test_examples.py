@@ -186,6 +186,19 @@ def test_wu2021_preparation_writes_their_text(lang):
     assert recipe["prepare_like_wu2021"](list(raw), lang) == list(prepared)
 
 
+def test_wu2021_preparation_run_again_leaves_the_files_as_they_were(multi30k, tmp_path):
+    """The same command run again (to continue a stopped run) finds the bytes the run trained on: `train` refuses to
+    resume on changed data, and a gzip time stamp alone would change them."""
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    out = recipe["prepared_data"](multi30k, tmp_path / "prepared", 20)
+    written = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert len(written) == 6 and gzip.decompress(written["val.en.gz"]).decode().count("\n") == 20
+    (out / "train.de.gz").write_bytes(gzip.compress(gzip.decompress(written["train.de.gz"]), mtime=12345))
+    kept = (out / "train.de.gz").read_bytes()  # an earlier writer's time stamp: the same text, kept as it is
+    recipe["prepared_data"](multi30k, out, 20)
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == {**written, "train.de.gz": kept}
+
+
 def test_wu2021_bleu_is_fairseqs_on_the_text_as_it_is():
     recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
     references = ["ein mann &apos;s hund läuft .", "zwei kinder spielen im park ."]

@@ -128,13 +128,18 @@ def prepare_like_wu2021(lines: list[str], lang: str) -> list[str]:
 
 def prepared_data(data: Path, out: Path, limit: int | None) -> Path:
     """The folder `out`, made to hold every split of the Multi30k folder `data` (its first `limit` lines) prepared
-    as Wu et al. prepared theirs, in the same layout."""
+    as Wu et al. prepared theirs, in the same layout. A file that already holds the same text is left as it is, and
+    a new one is written without a time stamp: the command run again (to continue a stopped run) finds the bytes its
+    run trained on, which `train` checks before it resumes."""
     out.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
         for lang in ("en", "de"):
-            lines = prepare_like_wu2021(read_lines(data / f"{split}.{lang}.gz", limit), lang)
-            with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as file:
-                file.write("".join(line + "\n" for line in lines))
+            path = out / f"{split}.{lang}.gz"
+            text = "".join(line + "\n" for line in prepare_like_wu2021(read_lines(data / path.name, limit), lang))
+            if path.is_file() and gzip.decompress(path.read_bytes()).decode("utf-8") == text:
+                continue
+            with gzip.GzipFile(path, "wb", mtime=0) as file:
+                file.write(text.encode("utf-8"))
     return out
 
 
