@@ -13,10 +13,11 @@ from huggingface_hub.errors import HfHubHTTPError
 PAPER_BEAMS = 4
 
 
-def model_facts(model: str | os.PathLike) -> list[str]:
+def model_facts(model: str | os.PathLike, card: ModelCard | None = None) -> list[str]:
     """Markdown lines about `model` (a folder or a Hub id): its languages, each BLEU of its card with data and split,
-    and where its training data came from; a line saying so when it has no card."""
-    card = _card(model)
+    and where its training data came from; a line saying so when it has no card. `card`: its card, already read
+    (`model_card`)."""
+    card = card or model_card(model)
     languages = _languages(model, card)
     facts = [f"Translates {languages}."] if languages else []
     if card is None:
@@ -30,9 +31,9 @@ def model_facts(model: str | os.PathLike) -> list[str]:
     return facts
 
 
-def model_name(model: str | os.PathLike) -> str:
-    """The model's name: its card's (`model-index`), else the Hub id or the folder's name."""
-    card = _card(model)
+def model_name(model: str | os.PathLike, card: ModelCard | None = None) -> str:
+    """The model's name: its card's (`model-index`; `card`, already read), else the Hub id or the folder's name."""
+    card = card or model_card(model)
     if card is not None and card.data.model_name:
         return card.data.model_name
     return Path(model).resolve().name if Path(model).is_dir() else str(model)
@@ -52,7 +53,7 @@ def default_beams(model: str | os.PathLike) -> int:
     return beams if isinstance(beams, int) and beams >= 1 else PAPER_BEAMS
 
 
-def _card(model: str | os.PathLike) -> ModelCard | None:
+def model_card(model: str | os.PathLike) -> ModelCard | None:
     """The model card of a folder (its README.md) or of a Hub repository; None where there is none."""
     folder = Path(model)
     try:
@@ -85,4 +86,4 @@ def _section_paragraph(text: str, heading: str) -> str | None:
     return paragraphs[0] if paragraphs and not paragraphs[0].startswith("#") else None
 
 
-__all__ = ["PAPER_BEAMS", "default_beams", "model_facts", "model_name"]
+__all__ = ["PAPER_BEAMS", "default_beams", "model_card", "model_facts", "model_name"]

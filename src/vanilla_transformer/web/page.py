@@ -23,7 +23,7 @@ from pathlib import Path
 from ..backends.table import BACKENDS
 from ..extras import require
 from ..inference.hypotheses import TooManyHypothesesError
-from .facts import default_beams, model_facts, model_name
+from .facts import default_beams, model_card, model_facts, model_name
 from .results import MAX_BEAMS, MAX_CHARACTERS, MAX_LINES, Decoding, PageInputError, heatmap_html, translate_sentences
 
 # Requests decoding at once (the others wait in the queue, in order), and the most that wait. One: a model in memory
@@ -50,10 +50,11 @@ def translation_page(model: str | os.PathLike, *, backend: str = "torch", device
     gr = require("gradio", extra="demo")
     translate = translate or BACKENDS[backend](model, device)
     alignment = backend != "onnx"
-    name = model_name(model)
+    card = model_card(model)  # read once: for a Hub id, one download
+    name = model_name(model, card)
     with gr.Blocks(title=f"{name}: vanilla-transformer", analytics_enabled=False) as page:
         gr.Markdown(f"# {name}\n\nThe Transformer of \"Attention Is All You Need\" (Vaswani et al., 2017), run by "
-                    f"`{backend}`.\n\n" + "\n".join(f"- {fact}" for fact in model_facts(model)))
+                    f"`{backend}`.\n\n" + "\n".join(f"- {fact}" for fact in model_facts(model, card)))
         with gr.Row():
             with gr.Column():
                 text = gr.Textbox(label="Sentences", lines=4, max_lines=MAX_LINES, elem_id="source",
