@@ -123,23 +123,28 @@ def train_fairseq(args) -> None:
     # schedule and its place in the epoch).
     checkpoints = sorted(out.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
     restore = ["--restore-file", checkpoints[-1]] if args.resume and checkpoints else []
-    run([fairseq_bin(args, "fairseq-train"), work / "fairseq-bin", "--task", "translation",
-         "--source-lang", SOURCE, "--target-lang", TARGET, "--arch", "transformer", "--share-all-embeddings",
-         "--encoder-layers", TINY["layers"], "--decoder-layers", TINY["layers"],
-         "--encoder-embed-dim", TINY["d_model"], "--decoder-embed-dim", TINY["d_model"],
-         "--encoder-ffn-embed-dim", TINY["ffn_dim"], "--decoder-ffn-embed-dim", TINY["ffn_dim"],
-         "--encoder-attention-heads", TINY["heads"], "--decoder-attention-heads", TINY["heads"],
-         "--dropout", TINY["dropout"], "--attention-dropout", 0, "--activation-dropout", 0,
-         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", 1e-9, "--clip-norm", 0,
-         "--lr", TINY["lr"], "--lr-scheduler", "inverse_sqrt", "--warmup-updates", TINY["warmup"],
-         "--warmup-init-lr", 0, "--criterion", "label_smoothed_cross_entropy",
-         "--label-smoothing", TINY["label_smoothing"], "--max-tokens", TINY["max_tokens"],
-         "--max-update", args.updates, "--seed", args.seed, "--save-dir", out,
+    run([*fairseq_train_tiny(args, work / "fairseq-bin", out), "--max-update", args.updates,
          "--save-interval-updates", args.save_every, "--validate-interval-updates", args.save_every,
-         "--keep-interval-updates", -1, "--no-epoch-checkpoints", "--no-last-checkpoints",
-         "--log-format", "json", "--log-interval", LOG_EVERY, "--no-progress-bar", "--cpu", "--num-workers", 0,
-         *restore, *args.extra], env=one_thread() if args.one_thread else None, log=out / "train.log",
-        append=args.resume)
+         "--keep-interval-updates", -1, "--no-epoch-checkpoints", "--no-last-checkpoints", *restore, *args.extra],
+        env=one_thread() if args.one_thread else None, log=out / "train.log", append=args.resume)
+
+
+def fairseq_train_tiny(args, data_bin: Path, out: Path) -> list:
+    """fairseq-train of the tiny model with the settings both toolkits share (TINY), on `data_bin`, into `out`, on
+    the CPU; the caller adds when to stop, validate and save."""
+    return [fairseq_bin(args, "fairseq-train"), data_bin, "--task", "translation",
+            "--source-lang", SOURCE, "--target-lang", TARGET, "--arch", "transformer", "--share-all-embeddings",
+            "--encoder-layers", TINY["layers"], "--decoder-layers", TINY["layers"],
+            "--encoder-embed-dim", TINY["d_model"], "--decoder-embed-dim", TINY["d_model"],
+            "--encoder-ffn-embed-dim", TINY["ffn_dim"], "--decoder-ffn-embed-dim", TINY["ffn_dim"],
+            "--encoder-attention-heads", TINY["heads"], "--decoder-attention-heads", TINY["heads"],
+            "--dropout", TINY["dropout"], "--attention-dropout", 0, "--activation-dropout", 0,
+            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", 1e-9, "--clip-norm", 0,
+            "--lr", TINY["lr"], "--lr-scheduler", "inverse_sqrt", "--warmup-updates", TINY["warmup"],
+            "--warmup-init-lr", 0, "--criterion", "label_smoothed_cross_entropy",
+            "--label-smoothing", TINY["label_smoothing"], "--max-tokens", TINY["max_tokens"],
+            "--seed", args.seed, "--save-dir", out, "--log-format", "json", "--log-interval", LOG_EVERY,
+            "--no-progress-bar", "--cpu", "--num-workers", 0]
 
 
 def train_ours(args) -> None:
@@ -744,12 +749,16 @@ def average_fairseq_checkpoints(args, checkpoints: list[Path], out: Path) -> Pat
     return out
 
 
-def fairseq_translations(args, work: Path, checkpoint: Path) -> list[str]:
+def fairseq_translations(args, work: Path, checkpoint: Path, subset: str = "test", beam: int = 4,
+                         lenpen: float = 1.0, max_len: tuple[int, int] = (1, 50)) -> list[str]:
+    """fairseq-generate's best translation of each sentence of `subset`, its pieces decoded by our tokenizer (by
+    default as `compare` decodes: beam 4, length penalty 1.0, at most source length + 50 tokens)."""
     tokenizer = tokenizer_of(work)
     output = subprocess.run(
         [fairseq_bin(args, "fairseq-generate"), str(work / "fairseq-bin"), "--path", str(checkpoint),
-         "--gen-subset", "test", "--source-lang", SOURCE, "--target-lang", TARGET, "--beam", "4", "--lenpen", "1.0",
-         "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "64", "--cpu"],
+         "--gen-subset", subset, "--source-lang", SOURCE, "--target-lang", TARGET, "--beam", str(beam),
+         "--lenpen", str(lenpen), "--max-len-a", str(max_len[0]), "--max-len-b", str(max_len[1]),
+         "--batch-size", "64", "--cpu"],
         check=True, capture_output=True, text=True).stdout
     hypotheses = {}
     for line in output.splitlines():

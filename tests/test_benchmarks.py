@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -548,3 +549,71 @@ def test_fairseq_side_by_side_positions_gives_fairseqs_table_in_training_and_whe
         expected = module.fairseq_position_table(1024, d_model) if marked else sinusoidal_position_encoding(1024, d_model)
         for stack in (model.model.encoder, model.model.decoder, loaded.model.encoder, loaded.model.decoder):
             torch.testing.assert_close(stack.embed_positions.table, expected, rtol=0, atol=0)
+
+
+def wu2021_module():
+    """benchmarks/fairseq_wu2021.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fairseq_wu2021", BENCHMARKS / "fairseq_wu2021.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fairseq_wu2021_trains_as_their_readme_says_and_averages_their_last_10_epochs(tmp_path):
+    """fairseq-train with Wu et al.'s stopping and saving (README-baseline.md: patience 10, 8,000 updates, epoch
+    checkpoints) after the tiny settings both toolkits share, extra flags last; the score averages the last 10 epoch
+    checkpoints by epoch number (evaluate.sh's `--num-epoch-checkpoints 10`), whatever else the folder holds."""
+    module = wu2021_module()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "fairseq-train").touch()
+    args = SimpleNamespace(work=str(tmp_path / "work"), seed=3, fairseq_venv=str(venv), extra=["--bf16"])
+
+    command = [str(part) for part in module.train_command(args)]
+
+    flags = dict(zip(command, command[1:]))
+    assert flags["--max-update"] == "8000" and flags["--patience"] == "10" and flags["--keep-last-epochs"] == "10"
+    assert flags["--max-tokens"] == "8192" and flags["--lr"] == "0.005" and flags["--dropout"] == "0.3"
+    assert flags["--seed"] == "3" and flags["--save-dir"] == str(tmp_path / "work" / "fairseq-s3")
+    assert "--no-epoch-checkpoints" not in command and "--save-interval-updates" not in command
+    assert command[-1] == "--bf16"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in [*(f"checkpoint{epoch}.pt" for epoch in range(1, 13)), "checkpoint_last.pt", "checkpoint_best.pt",
+                 "checkpoint_last10_avg.pt", "checkpoint_2_500.pt"]:
+        (run_dir / name).touch()
+    assert [path.name for path in module.epoch_checkpoints(run_dir, 10)] == [f"checkpoint{e}.pt" for e in range(3, 13)]
+
+
+def test_fairseq_wu2021_prepare_splits_the_runs_text_with_the_runs_tokenizer(tmp_path):
+    """`prepare` without fairseq: the run's own tokenizer copied, each prepared split written as its pieces (the
+    subwords our run trained on), and a line saying fairseq's binarized data is still to come."""
+    from transformers import AutoTokenizer
+
+    from vanilla_transformer.training.tokenization import train_tokenizer
+
+    run_dir = tmp_path / "seed-0"
+    lines = {"en": ["a man in an orange hat .", "two dogs &apos;s ball ."],
+             "de": ["ein mann mit einem orangen hut .", "zwei hunde ."]}
+    (run_dir / "prepared").mkdir(parents=True)
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang, text in lines.items():
+            with gzip.open(run_dir / "prepared" / f"{split}.{lang}.gz", "wt", encoding="utf-8") as file:
+                file.write("".join(line + "\n" for line in text))
+    train_tokenizer([line for text in lines.values() for line in text], vocab_size=300,
+                    show_progress=False).save_pretrained(run_dir / "tokenizer")
+    work = tmp_path / "work"
+
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "fairseq_wu2021.py"), "prepare", "--run", str(run_dir),
+                             "--work", str(work), "--fairseq-venv", str(tmp_path / "no-fairseq")],
+                            capture_output=True, text=True, timeout=300)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no fairseq" in result.stdout
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "tokenizer")
+    assert (work / "tokenizer" / "tokenizer.json").read_bytes() == (run_dir / "tokenizer" / "tokenizer.json").read_bytes()
+    assert (work / "pieces" / "test.de").read_text(encoding="utf-8").splitlines() == [
+        " ".join(tokenizer.tokenize(line)) for line in lines["de"]]
+    assert json.loads((work / "prepared_from.json").read_text())["prepared"] == str(run_dir / "prepared")

@@ -124,6 +124,20 @@ def test_multi30k_seeds_table_leaves_out_a_score_some_run_lacks(tmp_path):
     assert "Moses" not in table and "| brevity penalty | 0.985 | 0.980-0.990 | 0.980, 0.990 |" in table
 
 
+def test_multi30k_seeds_table_gives_the_tokenized_bleu_of_prepared_runs(tmp_path):
+    """Runs on Wu et al.'s prepared text also score it as they do (fairseq's BLEU on the text as it is): its mean."""
+    recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
+    for name, tokenized in (("seed-0", 40.5), ("seed-1", 41.75)):
+        fake_results(tmp_path / name, 39.0, 63.0, 0.99, lc_moses=40.0)
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        results[0]["bleu_tokenized"] = tokenized
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+
+    table = recipe["seeds_table"]([tmp_path / "seed-0", tmp_path / "seed-1"])
+
+    assert "| BLEU (the tokenized text as it is, fairseq's) | 41.12 | 40.50-41.75 | 40.50, 41.75 |" in table
+
+
 def test_multi30k_length_penalty_is_the_best_on_validation(monkeypatch):
     recipe = runpy.run_path(str(EXAMPLES / "multi30k" / "run.py"))
     bleu = {1.0: 39.5, 1.25: 40.0, 1.5: 40.25, 1.75: 40.25, 2.0: 37.5}  # a cliff past 1.75, two best alike
