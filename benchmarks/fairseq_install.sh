@@ -5,7 +5,8 @@
 #   bash benchmarks/fairseq_install.sh [VENV]      # default: .venv-fairseq
 #
 # fairseq 0.12.2 predates the Pythons and torch releases the package supports, so this venv has its own: Python 3.10
-# (pyenv), torch 2.1.2, numpy < 2, and pip < 24.1 (omegaconf 2.0.6's metadata is refused by newer pips). Its sdist
+# (pyenv), torch 2.1.2 with torchaudio 2.1.2 (which fairseq requires: left to pip, the newest torchaudio comes with
+# its own newer torch), numpy < 2, and pip < 24.1 (omegaconf 2.0.6's metadata is refused by newer pips). Its sdist
 # lacks a file of its C++ torch extensions, which the side-by-side runs do not use, so setup.py skips them; on torch
 # 2.1 the "BetterTransformer" inference fast path of its encoder layers fails in fairseq-generate and is switched off
 # (training never takes it).
@@ -21,7 +22,8 @@ if [ -x "$venv/bin/fairseq-train" ]; then
 fi
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet "pip<24.1"
-"$venv/bin/pip" install --quiet "numpy<2" cython "setuptools<70" wheel torch==2.1.2 sacrebleu sacremoses
+"$venv/bin/pip" install --quiet "numpy<2" cython "setuptools<70" wheel torch==2.1.2 torchaudio==2.1.2 sacrebleu \
+    sacremoses
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$venv/bin/pip" download --quiet --no-deps --no-binary fairseq --no-build-isolation fairseq==0.12.2 -d "$work"
