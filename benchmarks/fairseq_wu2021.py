@@ -114,8 +114,8 @@ def score(args) -> None:
     results = dict(checkpoints=names, beam=BEAM, chosen_lenpen=chosen, validation=trials, test=tests)
     (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     table = [f"test_2016_flickr, fairseq, the average of {names[0]}-{names[-1]}, beam {BEAM}:", "",
-             "| lenpen | BLEU (the tokenized text as it is, fairseq's) | sacreBLEU | BLEU (lowercased, Moses-tokenized) "
-             "| chrF | brevity penalty |", "| --- | --- | --- | --- | --- | --- |"]
+             "| lenpen | BLEU (the tokenized text as it is, fairseq's) | sacreBLEU "
+             "| BLEU (lowercased, Moses-tokenized) | chrF | brevity penalty |", "| --- | --- | --- | --- | --- | --- |"]
     table += [f"| {test['lenpen']:g}{' (chosen on validation)' if test['lenpen'] == chosen else ''} | "
               f"{test['bleu_tokenized']:.2f} | {test['bleu']:.2f} | {test['bleu_lc_moses']:.2f} | {test['chrf']:.2f} | "
               f"{test['bleu_bp']:.3f} |" for test in tests]

@@ -613,7 +613,8 @@ def test_fairseq_wu2021_prepare_splits_the_runs_text_with_the_runs_tokenizer(tmp
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no fairseq" in result.stdout
     tokenizer = AutoTokenizer.from_pretrained(run_dir / "tokenizer")
-    assert (work / "tokenizer" / "tokenizer.json").read_bytes() == (run_dir / "tokenizer" / "tokenizer.json").read_bytes()
+    copied, own = (folder / "tokenizer" / "tokenizer.json" for folder in (work, run_dir))
+    assert copied.read_bytes() == own.read_bytes()
     assert (work / "pieces" / "test.de").read_text(encoding="utf-8").splitlines() == [
         " ".join(tokenizer.tokenize(line)) for line in lines["de"]]
     assert json.loads((work / "prepared_from.json").read_text())["prepared"] == str(run_dir / "prepared")

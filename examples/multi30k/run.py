@@ -349,7 +349,8 @@ def run(args, limit: int | None):
 # The test scores summed up over seeds, with their names and decimals.
 SEED_METRICS = {"bleu": ("sacreBLEU", 2), "chrf": ("chrF", 2),
                 "bleu_lc_moses": ("BLEU (lowercased, Moses-tokenized)", 2),
-                "bleu_tokenized": ("BLEU (the tokenized text as it is, fairseq's)", 2), "bleu_bp": ("brevity penalty", 3)}
+                "bleu_tokenized": ("BLEU (the tokenized text as it is, fairseq's)", 2),
+                "bleu_bp": ("brevity penalty", 3)}
 
 
 def seeds_table(run_dirs: list[Path]) -> str:
