@@ -229,7 +229,8 @@ def test_wu2021_size_is_their_run():
     flags = recipe["SIZES"]["wu2021"]
     wanted = {"--d_model": 128, "--layers": 4, "--heads": 4, "--ffn_dim": 256, "--dropout": 0.3,
               "--max_tokens": 8192, "--warmup_steps": 2000, "--learning_rate": 0.005, "--max_steps": 8000,
-              "--save_strategy": "epoch", "--eval_strategy": "epoch", "--patience": 10}
+              "--save_strategy": "epoch", "--eval_strategy": "epoch", "--patience": 10,
+              "--save_total_limit": 11}
     assert {name: recipe["flag_value"](flags, name, type(value)) for name, value in wanted.items()} == wanted
     assert recipe["AFTER_TRAINING"]["wu2021"] == dict(average_last=10, length_penalty=recipe["LENGTH_PENALTIES"],
                                                       num_beams=5, length_penalty_type="transformers")

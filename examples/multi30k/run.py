@@ -68,13 +68,14 @@ SIZES = {
              *CPU_HOUR],
     # Wu et al.'s run itself (LividWo/Revisit-MMT, README-baseline.md): the tiny model on their prepared text (below),
     # a validation loss every epoch over the whole validation set, stopped after 10 epochs without a better one
-    # (fairseq's --patience 10) or at 8,000 updates, a checkpoint every epoch; a shared BPE of about their joined
+    # (fairseq's --patience 10) or at 8,000 updates, a checkpoint every epoch (11 kept: the trainer keeps the best one
+    # beside the newest, and the last 10 epochs are averaged); a shared BPE of about their joined
     # dictionary's size (9,709 types from 10,000 merges).
     "wu2021": ["--preset", "base", "--d_model", "128", "--layers", "4", "--heads", "4", "--ffn_dim", "256",
                "--dropout", "0.3", "--attention_dropout", "0", "--activation_dropout", "0",
                "--max_tokens", "8192", "--warmup_steps", "2000", "--learning_rate", "0.005", "--max_steps", "8000",
                *CPU_HOUR, "--max_train_minutes", "600", "--vocab_size", "10000", "--save_strategy", "epoch",
-               "--eval_strategy", "epoch", "--max_eval_samples", "1000000", "--save_total_limit", "10",
+               "--eval_strategy", "epoch", "--max_eval_samples", "1000000", "--save_total_limit", "11",
                "--patience", "10"],
     # The tests: a tiny model, a few steps.
     "smoke": ["--preset", "tiny", "--max_tokens", "512", "--warmup_steps", "4", "--max_steps", "6", "--save_steps", "1",
