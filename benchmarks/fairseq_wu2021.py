@@ -55,16 +55,19 @@ def prepare(args) -> None:
                                          fairseq_venv=args.fairseq_venv))
 
 
+def run_folder(args) -> Path:
+    """The fairseq run of seed --seed in --work."""
+    return Path(args.work) / f"fairseq-s{args.seed}"
+
+
 def train_command(args) -> list:
     """fairseq-train as Wu et al. ran it, with the tiny settings both toolkits share; flags after `--` last."""
-    work = Path(args.work)
-    out = work / f"fairseq-s{args.seed}"
-    return [*side_by_side.fairseq_train_tiny(args, work / "fairseq-bin", out), "--max-update", MAX_UPDATES,
-            "--patience", PATIENCE, "--keep-last-epochs", AVERAGE_LAST, *args.extra]
+    return [*side_by_side.fairseq_train_tiny(args, Path(args.work) / "fairseq-bin", run_folder(args)),
+            "--max-update", MAX_UPDATES, "--patience", PATIENCE, "--keep-last-epochs", AVERAGE_LAST, *args.extra]
 
 
 def train(args) -> None:
-    out = Path(args.work) / f"fairseq-s{args.seed}"
+    out = run_folder(args)
     out.mkdir(parents=True, exist_ok=True)
     # fairseq continues from OUT/checkpoint_last.pt when it is there: the same command resumes a stopped run (its
     # patience counts anew from there: fairseq keeps the best loss in the checkpoint, not the epochs since).
@@ -90,8 +93,7 @@ def scores(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def score(args) -> None:
-    work = Path(args.work)
-    run_dir = work / f"fairseq-s{args.seed}"
+    work, run_dir = Path(args.work), run_folder(args)
     checkpoints = epoch_checkpoints(run_dir, AVERAGE_LAST)
     averaged = side_by_side.average_fairseq_checkpoints(args, checkpoints, run_dir / "checkpoint_last10_avg.pt")
     prepared = Path(args.prepared or json.loads((work / "prepared_from.json").read_text())["prepared"])

@@ -11,13 +11,15 @@ from huggingface_hub.errors import HfHubHTTPError
 
 # The beam size of section 6.1, for a model whose generation config does not say.
 PAPER_BEAMS = 4
+# The default of `card` below: not read yet (None is a model read and found without a card).
+NOT_READ = object()
 
 
-def model_facts(model: str | os.PathLike, card: ModelCard | None = None) -> list[str]:
+def model_facts(model: str | os.PathLike, card: ModelCard | None = NOT_READ) -> list[str]:
     """Markdown lines about `model` (a folder or a Hub id): its languages, each BLEU of its card with data and split,
     and where its training data came from; a line saying so when it has no card. `card`: its card, already read
     (`model_card`)."""
-    card = card or model_card(model)
+    card = model_card(model) if card is NOT_READ else card
     languages = _languages(model, card)
     facts = [f"Translates {languages}."] if languages else []
     if card is None:
@@ -31,9 +33,9 @@ def model_facts(model: str | os.PathLike, card: ModelCard | None = None) -> list
     return facts
 
 
-def model_name(model: str | os.PathLike, card: ModelCard | None = None) -> str:
+def model_name(model: str | os.PathLike, card: ModelCard | None = NOT_READ) -> str:
     """The model's name: its card's (`model-index`; `card`, already read), else the Hub id or the folder's name."""
-    card = card or model_card(model)
+    card = model_card(model) if card is NOT_READ else card
     if card is not None and card.data.model_name:
         return card.data.model_name
     return Path(model).resolve().name if Path(model).is_dir() else str(model)
