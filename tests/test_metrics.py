@@ -1,5 +1,6 @@
 """`score_translations`, the package's one scorer: sacreBLEU's corpus BLEU and chrF, with their signatures."""
 
+import logging
 import math
 import sys
 
@@ -135,6 +136,22 @@ def test_lowercased_moses_bleu_is_sacrebleu_on_moses_tokens_with_multiple_refere
     assert scores["bleu_lc_moses"] == expected.score and 0 < expected.score < 100
     assert scores["bleu_lc_moses_signature"].startswith("nrefs:var|case:lc|eff:no|tok:none|smooth:exp|version:")
     assert scores["bleu_lc_moses_signature"].endswith("|moses:en|sacremoses:" + sys.modules["sacremoses"].__version__)
+
+
+def test_lowercased_moses_bleu_does_not_warn_that_its_own_tokens_look_tokenized(caplog):
+    # sacreBLEU warns once 100 lines end in a split-off full stop, as every Moses-tokenized sentence does.
+    hypotheses = [hypothesis for hypothesis in HYPOTHESES for _ in range(30)]
+    references = [reference for reference in REFERENCES for _ in range(30)]
+
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        scores = score_translations(hypotheses, references, moses_lang="en")
+
+    assert 0 < scores["bleu_lc_moses"] < 100
+    assert [record.getMessage() for record in caplog.records if record.name.startswith("sacrebleu")] == []
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):  # the check sees the warning where there is one
+        BLEU(tokenize="none").corpus_score([hypothesis.replace(".", " .") for hypothesis in hypotheses],
+                                           [[references[0][0].replace(".", " .")] * len(hypotheses)])
+    assert any("tokenized period" in record.getMessage() for record in caplog.records)
 
 
 def test_lowercased_moses_bleu_without_sacremoses_names_the_extra(monkeypatch):

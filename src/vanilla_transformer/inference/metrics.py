@@ -66,8 +66,9 @@ def _lowercased_moses_bleu(sacremoses, lang: str, hypotheses: list[str], streams
     def tokenized(text: str | None) -> str | None:
         return None if text is None else moses.tokenize(text, escape=False, return_str=True)
 
-    # Tokenized as cased text (the tokenizer reads case around full stops), then lowercased by sacreBLEU.
-    bleu = BLEU(lowercase=True, tokenize="none")
+    # Tokenized as cased text (the tokenizer reads case around full stops), then lowercased by sacreBLEU; `force`: the
+    # text is tokenized on purpose, so sacreBLEU's warning that it looks tokenized would only be noise.
+    bleu = BLEU(lowercase=True, tokenize="none", force=True)
     score = bleu.corpus_score(list(map(tokenized, hypotheses)), [list(map(tokenized, s)) for s in streams])
     return dict(
         bleu_lc_moses=score.score,
