@@ -4,6 +4,8 @@ the same prepared text and the run's own subwords, so that between that run and 
     python benchmarks/fairseq_wu2021.py prepare --run runs/wu2021/seed-0 --work runs/fairseq-wu2021
     python benchmarks/fairseq_wu2021.py train --work runs/fairseq-wu2021 --seed 0 [-- FAIRSEQ-TRAIN FLAGS]
     python benchmarks/fairseq_wu2021.py score --work runs/fairseq-wu2021 --seed 0
+    python benchmarks/fairseq_wu2021.py curves --work runs/fairseq-wu2021 --seed 0 --ours runs/wu2021/seed-0 \
+        runs/wu2021/seed-1 --plot docs/images/wu2021_validation_loss.png
 
 `prepare` writes the run's prepared splits as the run's tokenizer splits them (its pieces, space-separated) and
 binarizes them with `fairseq-preprocess --joined-dictionary`. `train` is their README-baseline.md run with the tiny
@@ -13,7 +15,8 @@ it continues from the run's last checkpoint. `score` does what their evaluate.sh
 averaged, beam 5, at most 200 tokens; the length penalty (fairseq's `--lenpen`, score / length ** alpha) is chosen on
 the validation set among the recipe's candidates, as our runs choose theirs, and the test set is also decoded with
 fairseq's default 1.0, theirs. BLEU: fairseq's on the tokenized, lowercased text as it is, sacreBLEU and the
-lowercased Moses-tokenized BLEU, written to the run's results.md and results.json.
+lowercased Moses-tokenized BLEU, written to the run's results.md and results.json. `curves` sets the validation loss
+of each epoch beside our runs' (a table, and a plot with --plot): both label-smoothed, fairseq's in nats, not bits.
 
 fairseq runs from its own venv (`benchmarks/fairseq_install.sh`); it is never a dependency of the package.
 """
@@ -21,6 +24,8 @@ fairseq runs from its own venv (`benchmarks/fairseq_install.sh`); it is never a 
 import argparse
 import importlib.util
 import json
+import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -125,9 +130,47 @@ def score(args) -> None:
     print("\n".join(table))
 
 
+def fairseq_validation_losses(log: Path) -> dict[int, float]:
+    """Each epoch's validation loss in a fairseq-train log, in nats (fairseq logs its losses in bits), the last
+    line of an epoch kept (a resumed run validates an epoch again)."""
+    losses = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if match := re.search(r'\| valid \| \{"epoch": (\d+), "valid_loss": "([0-9.]+)"', line):
+            losses[int(match[1])] = float(match[2]) * math.log(2)
+    return losses
+
+
+def our_validation_losses(run_dir: Path) -> dict[int, float]:
+    """Each epoch's validation loss of one of our runs (its trainer_state.json), in nats."""
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    return {round(entry["epoch"]): entry["eval_loss"] for entry in state["log_history"] if "eval_loss" in entry}
+
+
+def curves(args) -> None:
+    runs = {f"fairseq, seed {args.seed}": fairseq_validation_losses(run_folder(args) / "train.log")}
+    runs.update({f"ours, {Path(folder).name.replace('-', ' ')}": our_validation_losses(Path(folder)) for folder in args.ours})
+    epochs = sorted(set().union(*runs.values()))
+    print("| epoch | " + " | ".join(runs) + " |\n|" + " --- |" * (len(runs) + 1))
+    for epoch in epochs:
+        print(f"| {epoch} | " + " | ".join(f"{losses[epoch]:.3f}" if epoch in losses else "-"
+                                           for losses in runs.values()) + " |")
+    if args.plot:
+        figure, axes = recipe.plt.subplots(figsize=(7, 4), layout="constrained")
+        for name, losses in runs.items():
+            axes.plot(sorted(losses), [losses[epoch] for epoch in sorted(losses)], label=name)
+            best = min(losses, key=losses.get)
+            axes.plot([best], [losses[best]], marker="o", color=axes.lines[-1].get_color())
+        axes.set(xlabel="epoch", ylabel="validation loss (label-smoothed, nats)", ylim=(2.6, 4.0),
+                 title="Wu et al.'s recipe on their prepared text: fairseq and ours (dots: best epoch)")
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.savefig(args.plot, dpi=110)
+        recipe.plt.close(figure)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["prepare", "train", "score"])
+    parser.add_argument("command", choices=["prepare", "train", "score", "curves"])
     parser.add_argument("--work", required=True, help="Folder of the pieces, fairseq's data and its runs.")
     parser.add_argument("--run", help="prepare: the examples/multi30k/run.py --size wu2021 run (its tokenizer/ and "
                                       "prepared/).")
@@ -135,11 +178,14 @@ def main(argv=None) -> None:
                                            "recorded it).")
     parser.add_argument("--fairseq-venv", default=".venv-fairseq")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ours", nargs="*", default=[], help="curves: our runs' folders (examples/multi30k/run.py "
+                                                            "--size wu2021) to set beside fairseq's.")
+    parser.add_argument("--plot", help="curves: the image to draw them in.")
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.extra = extra
-    {"prepare": prepare, "train": train, "score": score}[args.command](args)
+    {"prepare": prepare, "train": train, "score": score, "curves": curves}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -618,3 +618,29 @@ def test_fairseq_wu2021_prepare_splits_the_runs_text_with_the_runs_tokenizer(tmp
     assert (work / "pieces" / "test.de").read_text(encoding="utf-8").splitlines() == [
         " ".join(tokenizer.tokenize(line)) for line in lines["de"]]
     assert json.loads((work / "prepared_from.json").read_text())["prepared"] == str(run_dir / "prepared")
+
+
+def test_fairseq_wu2021_curves_set_fairseqs_validation_loss_in_nats_beside_ours(tmp_path, capsys):
+    """fairseq logs its validation loss in bits (and again for an epoch it validates after a resume: the last line
+    counts); ours is in nats: `curves` converts fairseq's, keeps every epoch of either, and draws the plot."""
+    module = wu2021_module()
+    run_dir = tmp_path / "work" / "fairseq-s0"
+    run_dir.mkdir(parents=True)
+    valid = '2026-12-04 16:23:12 | INFO | valid | {{"epoch": {}, "valid_loss": "{}", "valid_nll_loss": "3.1"}}'
+    (run_dir / "train.log").write_text("\n".join([
+        valid.format(1, "8.0"), '| INFO | train | {"epoch": 1, "train_loss": "9.0"}', valid.format(2, "6.0"),
+        valid.format(2, "5.0")]) + "\n", encoding="utf-8")
+    ours = tmp_path / "seed-1"
+    ours.mkdir()
+    (ours / "trainer_state.json").write_text(json.dumps({"log_history": [
+        {"epoch": 1.0, "loss": 7.0}, {"epoch": 1.0, "eval_loss": 5.5}, {"epoch": 2.0, "eval_loss": 3.5},
+        {"epoch": 3.0, "eval_loss": 3.25}]}))
+
+    assert module.fairseq_validation_losses(run_dir / "train.log") == pytest.approx({1: 8 * math.log(2),
+                                                                                    2: 5 * math.log(2)})
+    module.main(["curves", "--work", str(tmp_path / "work"), "--ours", str(ours), "--plot", str(tmp_path / "c.png")])
+
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "| epoch | fairseq, seed 0 | ours, seed 1 |"
+    assert table[2:] == ["| 1 | 5.545 | 5.500 |", "| 2 | 3.466 | 3.500 |", "| 3 | - | 3.250 |"]
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
