@@ -148,7 +148,8 @@ def our_validation_losses(run_dir: Path) -> dict[int, float]:
 
 def curves(args) -> None:
     runs = {f"fairseq, seed {args.seed}": fairseq_validation_losses(run_folder(args) / "train.log")}
-    runs.update({f"ours, {Path(folder).name.replace('-', ' ')}": our_validation_losses(Path(folder)) for folder in args.ours})
+    for folder in map(Path, args.ours):
+        runs[f"ours, {folder.name.replace('-', ' ')}"] = our_validation_losses(folder)
     epochs = sorted(set().union(*runs.values()))
     print("| epoch | " + " | ".join(runs) + " |\n|" + " --- |" * (len(runs) + 1))
     for epoch in epochs:
