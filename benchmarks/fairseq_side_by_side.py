@@ -560,18 +560,24 @@ def with_candidates(args) -> None:
 
 # --- compare: one table in nats --------------------------------------------------------------------------------------
 
-def fairseq_curves(run_dir: Path) -> tuple[dict, dict, dict]:
-    """(updates -> label-smoothed training loss over the last window, updates -> validation NLL, updates -> training
-    NLL over the last window), in nats."""
-    train, valid, train_nll = {}, {}, {}
-    for line in (run_dir / "train.log").read_text().splitlines():
+def fairseq_log_records(run_dir: Path):
+    """The JSON records of a fairseq-train log (run_dir/train.log), in order: its training windows, epochs and
+    validations (fairseq logs losses in bits)."""
+    for line in (run_dir / "train.log").read_text(encoding="utf-8").splitlines():
         start = line.find("{")
         if start < 0:
             continue
         try:
-            record = json.loads(line[start:])
+            yield json.loads(line[start:])
         except json.JSONDecodeError:
             continue
+
+
+def fairseq_curves(run_dir: Path) -> tuple[dict, dict, dict]:
+    """(updates -> label-smoothed training loss over the last window, updates -> validation NLL, updates -> training
+    NLL over the last window), in nats."""
+    train, valid, train_nll = {}, {}, {}
+    for record in fairseq_log_records(run_dir):
         if "valid_nll_loss" in record:
             valid[int(record["valid_num_updates"])] = float(record["valid_nll_loss"]) * math.log(2)
         elif "loss" in record and "num_updates" in record:

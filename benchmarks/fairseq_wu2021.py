@@ -25,7 +25,6 @@ import argparse
 import importlib.util
 import json
 import math
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -130,14 +129,11 @@ def score(args) -> None:
     print("\n".join(table))
 
 
-def fairseq_validation_losses(log: Path) -> dict[int, float]:
-    """Each epoch's validation loss in a fairseq-train log, in nats (fairseq logs its losses in bits), the last
-    line of an epoch kept (a resumed run validates an epoch again)."""
-    losses = {}
-    for line in log.read_text(encoding="utf-8").splitlines():
-        if match := re.search(r'\| valid \| \{"epoch": (\d+), "valid_loss": "([0-9.]+)"', line):
-            losses[int(match[1])] = float(match[2]) * math.log(2)
-    return losses
+def fairseq_validation_losses(run_dir: Path) -> dict[int, float]:
+    """Each epoch's validation loss (label-smoothed) in a fairseq run's log, in nats, the last record of an epoch kept
+    (a resumed run validates an epoch again)."""
+    return {int(record["epoch"]): float(record["valid_loss"]) * math.log(2)
+            for record in side_by_side.fairseq_log_records(run_dir) if "valid_loss" in record}
 
 
 def our_validation_losses(run_dir: Path) -> dict[int, float]:
@@ -147,7 +143,7 @@ def our_validation_losses(run_dir: Path) -> dict[int, float]:
 
 
 def curves(args) -> None:
-    runs = {f"fairseq, seed {args.seed}": fairseq_validation_losses(run_folder(args) / "train.log")}
+    runs = {f"fairseq, seed {args.seed}": fairseq_validation_losses(run_folder(args))}
     for folder in map(Path, args.ours):
         runs[f"ours, {folder.name.replace('-', ' ')}"] = our_validation_losses(folder)
     epochs = sorted(set().union(*runs.values()))

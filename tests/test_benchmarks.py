@@ -636,7 +636,7 @@ def test_fairseq_wu2021_curves_set_fairseqs_validation_loss_in_nats_beside_ours(
         {"epoch": 1.0, "loss": 7.0}, {"epoch": 1.0, "eval_loss": 5.5}, {"epoch": 2.0, "eval_loss": 3.5},
         {"epoch": 3.0, "eval_loss": 3.25}]}))
 
-    assert module.fairseq_validation_losses(run_dir / "train.log") == pytest.approx({1: 8 * math.log(2),
+    assert module.fairseq_validation_losses(run_dir) == pytest.approx({1: 8 * math.log(2),
                                                                                     2: 5 * math.log(2)})
     module.main(["curves", "--work", str(tmp_path / "work"), "--ours", str(ours), "--plot", str(tmp_path / "c.png")])
 
